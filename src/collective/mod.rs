@@ -1,0 +1,38 @@
+//! Collectives behind one trait: the TCP `ring` backend (CPU ranks, tests) today, `nccl` later.
+//!
+//! Every collective goes through the flight recorder (`recorder`), which gives it a sequence
+//! number and a record that is streamed to the agent, so a hang can be placed exactly.
+pub mod recorder;
+pub mod rendezvous;
+pub mod ring;
+pub mod solo;
+
+use crate::ids::Rank;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CollectiveError {
+    #[error("rendezvous at {addr}: {reason}")]
+    Rendezvous { addr: String, reason: String },
+    #[error("peer rank {peer} ({addr}): {source}")]
+    Peer {
+        peer: u32,
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("collective #{seq} {op}: {reason}")]
+    Protocol {
+        seq: u64,
+        op: &'static str,
+        reason: String,
+    },
+}
+
+/// A process group of `world_size` ranks that can average buffers.
+pub trait Collective: Send {
+    fn rank(&self) -> Rank;
+    fn world_size(&self) -> u32;
+    /// Sums `buf` element-wise across all ranks, in place; every rank ends with the same values.
+    fn all_reduce_sum(&mut self, buf: &mut [f32]) -> Result<(), CollectiveError>;
+    /// Blocks until every rank has entered.
+    fn barrier(&mut self) -> Result<(), CollectiveError>;
+}

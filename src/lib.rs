@@ -1,0 +1,16 @@
+//! Flightdeck: a terminal cockpit for distributed training runs, with an embedded local runtime.
+//!
+//! One binary plays every part (see `docs/ARCHITECTURE.md`): the CLI and its clients, the
+//! `server` that owns the sled history, the per-node `agent`, and the tch `worker` ranks.
+pub mod agent;
+pub mod cli;
+pub mod client;
+pub mod collective;
+pub mod ids;
+pub mod paths;
+pub mod protocol;
+pub mod recipe;
+pub mod server;
+pub mod store;
+#[cfg(feature = "torch")]
+pub mod worker;

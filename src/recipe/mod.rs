@@ -1,0 +1,182 @@
+//! Recipes: TOML data parsed into raw serde structs, then validated once into typed values.
+mod raw;
+mod validate;
+
+pub use validate::{load_file, parse_str, RecipeError};
+
+use serde::{Deserialize, Serialize};
+
+/// What a run trains. Only `Pretrain` and `Command` run today; the others are named so recipes
+/// can say what they are, and are refused with a clear message until their trainers exist.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    Pretrain,
+    Sft,
+    Dpo,
+    Grpo,
+    Command,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Dtype {
+    Fp32,
+    Bf16,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Schedule {
+    Constant,
+    Cosine,
+    Linear,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Device {
+    Cpu,
+    Cuda,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CollectiveBackend {
+    Ring,
+    Nccl,
+}
+
+/// Where training sequences come from.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum DataSource {
+    /// A generator shipped in the project, by name (`synthetic:arith`).
+    Synthetic { generator: String },
+    /// A local text file, read as bytes.
+    File { path: std::path::PathBuf },
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Model {
+    pub n_layer: u32,
+    pub n_head: u32,
+    pub d_model: u32,
+    pub context: u32,
+    pub vocab: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Data {
+    pub source: DataSource,
+    pub seed: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Train {
+    pub steps: u64,
+    pub batch_per_rank: u32,
+    pub lr: f64,
+    pub min_lr: f64,
+    pub warmup: u64,
+    pub schedule: Schedule,
+    pub grad_clip: f64,
+    pub weight_decay: f64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub seed: u64,
+    pub dtype: Dtype,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Parallel {
+    /// Data-parallel world size.
+    pub data: u32,
+    pub backend: CollectiveBackend,
+    /// Gradient bucket size for the all-reduce, in bytes.
+    pub bucket_bytes: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// Save every this many steps; 0 = only on graceful stop.
+    pub every: u64,
+    pub keep: u32,
+    /// Relative paths are under the run's directory.
+    pub dir: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Cluster {
+    /// `local` or SSH destinations (`node-a`, `user@node-b:2222`).
+    pub hosts: Vec<String>,
+    pub ranks_per_node: u32,
+    pub device: Device,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Telemetry {
+    /// Send step metrics every this many steps.
+    pub step_interval: u64,
+    /// Sample processes (and GPUs) every this many milliseconds.
+    pub sample_interval_ms: u64,
+    /// Off: no step metrics, phases or flight records leave the worker (overhead benchmark).
+    pub enabled: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FaultKind {
+    None,
+    HangBeforeCollective,
+    HangInCollective,
+    Crash,
+    Mismatch,
+    Slow,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Fault {
+    pub kind: FaultKind,
+    pub rank: u32,
+    pub step: u64,
+    pub slow_pct: f64,
+}
+
+/// For `kind = "command"`: the program each rank runs, with the torchrun environment.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Command {
+    pub argv: Vec<String>,
+}
+
+/// A validated recipe. Every field has been checked; code downstream trusts it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Recipe {
+    pub name: String,
+    pub kind: Kind,
+    pub model: Model,
+    pub data: Data,
+    pub train: Train,
+    pub parallel: Parallel,
+    pub checkpoint: Checkpoint,
+    pub cluster: Cluster,
+    pub telemetry: Telemetry,
+    pub fault: Fault,
+    pub command: Option<Command>,
+}
+
+impl Recipe {
+    pub fn world_size(&self) -> u32 {
+        self.parallel.data
+    }
+
+    /// True when every host is the embedded local runtime.
+    pub fn is_local(&self) -> bool {
+        self.cluster.hosts.iter().all(|h| h == "local")
+    }
+}
+
+/// The synthetic generators shipped in the project, with the vocabulary each needs.
+pub const SYNTHETIC_GENERATORS: &[(&str, u32)] = &[("arith", 16)];
+
+/// `file:` sources are read as bytes, so the model needs the whole byte vocabulary.
+pub const FILE_VOCAB: u32 = 256;

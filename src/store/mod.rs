@@ -1,0 +1,123 @@
+//! The history: one sled database per `--db`, written only by the server's ingest task.
+use crate::ids::RunId;
+use serde::{Deserialize, Serialize};
+
+/// A run's lifecycle. `Interrupted`: its agents could not be reached after a server restart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    Starting,
+    Running,
+    Succeeded,
+    Failed,
+    Stopped,
+    Killed,
+    Interrupted,
+}
+
+impl RunStatus {
+    pub fn is_live(self) -> bool {
+        matches!(self, RunStatus::Starting | RunStatus::Running)
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            RunStatus::Starting => "starting",
+            RunStatus::Running => "running",
+            RunStatus::Succeeded => "succeeded",
+            RunStatus::Failed => "failed",
+            RunStatus::Stopped => "stopped",
+            RunStatus::Killed => "killed",
+            RunStatus::Interrupted => "interrupted",
+        }
+    }
+}
+
+/// One row of the `runs` tree.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub id: RunId,
+    pub name: String,
+    pub recipe_name: String,
+    pub recipe_path: String,
+    /// The validated recipe, as JSON.
+    pub recipe_json: String,
+    pub status: RunStatus,
+    pub reason: String,
+    pub created_ms: u64,
+    pub ended_ms: Option<u64>,
+    pub hosts: Vec<String>,
+    pub world_size: u32,
+    pub steps_planned: u64,
+    /// The highest step every rank has reported.
+    pub step: u64,
+    pub last_loss: Option<f64>,
+    pub parent: Option<RunId>,
+    /// Where the agent of each node listens, for reattaching.
+    pub agent_sockets: Vec<String>,
+    /// The last agent frame made durable, per node (same order as `hosts`).
+    pub acked_seq: Vec<u64>,
+}
+
+/// One series point.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Point {
+    pub step: u64,
+    pub rank: u32,
+    pub value: f64,
+}
+
+/// What is known about one rank of a run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RankInfo {
+    pub rank: u32,
+    pub host: String,
+    pub pid: Option<u32>,
+    pub exit: Option<crate::protocol::ExitStatus>,
+    pub step: u64,
+    pub phase: Option<crate::protocol::Phase>,
+    pub last_loss: Option<f64>,
+    pub cpu_pct: Option<f64>,
+    pub rss_bytes: Option<u64>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    RunStarted,
+    RankStarted,
+    RankExited,
+    RunEnded,
+    Notice,
+    BadFrame,
+    NanLoss,
+}
+
+/// One row of the `events` tree.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EventRecord {
+    pub t_ms: u64,
+    pub kind: EventKind,
+    pub rank: Option<u32>,
+    pub text: String,
+}
+
+/// Everything `show` prints about one run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunDetail {
+    pub run: RunRecord,
+    pub ranks: Vec<RankInfo>,
+    pub events: Vec<EventRecord>,
+    /// Metric names with at least one point.
+    pub metrics: Vec<String>,
+    pub summary: Summary,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    pub steps_done: u64,
+    /// Mean over ranks and the first (last) ten steps.
+    pub loss_first10_mean: Option<f64>,
+    pub loss_last10_mean: Option<f64>,
+    pub step_time_ms_median: Option<f64>,
+    pub tokens_per_s: Option<f64>,
+}
