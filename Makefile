@@ -1,19 +1,52 @@
-# Everything a fresh machine needs goes through these targets.
+# Everything a fresh machine needs goes through these targets: `make demo`, `make test`.
 SHELL := /bin/bash
 FLIGHTDECK_CACHE ?= $(HOME)/.cache/flightdeck
 export FLIGHTDECK_CACHE
+# Cargo's build directory lives in the cache too, so a fresh clone (CI) reuses compiled
+# dependencies; `make build` copies the binary to target/release/flightdeck.
+export CARGO_TARGET_DIR ?= $(FLIGHTDECK_CACHE)/target
 TORCH_ENV := $(FLIGHTDECK_CACHE)/torch-env.mk
+BIN := target/release/flightdeck
+DEMO_DB ?= $(FLIGHTDECK_CACHE)/demo-db
 
-# scripts/setup-torch.sh installs PyTorch once into the cache and prints the paths.
+.PHONY: all build demo test deps torch clean-cache fmt lint
+
+all: build
+
+# PyTorch 2.11.0 from the Python package index, installed once into the cache.
 $(TORCH_ENV): scripts/setup-torch.sh
 	@mkdir -p $(FLIGHTDECK_CACHE)
 	scripts/setup-torch.sh > $@.tmp && mv $@.tmp $@
+
+torch: $(TORCH_ENV)
 
 -include $(TORCH_ENV)
 export LIBTORCH = $(FD_LIBTORCH_VIEW)
 export FD_TORCH_LIB
 export FD_VENV
 
-.PHONY: build
-build: $(TORCH_ENV)
+# Debian packages the build and the tests need, installed only when missing.
+deps:
+	@scripts/install-deps.sh
+
+build: deps $(TORCH_ENV)
 	cargo build --release
+	@mkdir -p target/release
+	@if [ "$$(realpath -m $(CARGO_TARGET_DIR))" != "$$(realpath -m target)" ]; then \
+		cp -f $(CARGO_TARGET_DIR)/release/flightdeck $(BIN).tmp && mv -f $(BIN).tmp $(BIN); fi
+	@echo "built $(BIN)"
+
+# The main job: a local 2-rank run of the default recipe (the cockpit replaces this output
+# once it exists).
+demo: build
+	$(BIN) --db $(DEMO_DB) run recipes/tiny-gpt.toml --headless --ranks-per-node 2
+
+# The whole suite: unit tests, then the end-to-end tests that drive the real binary.
+test: build
+	cargo test --release -- --test-threads=2
+
+fmt:
+	cargo fmt --all
+
+lint: $(TORCH_ENV)
+	cargo clippy --release --all-targets -- -D warnings

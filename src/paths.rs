@@ -1,1 +1,78 @@
-//! placeholder
+//! Where things live on disk: the database directory, its server socket, and each run's files.
+use crate::ids::RunId;
+use std::path::{Path, PathBuf};
+
+/// The database directory: `--db`, else `$FLIGHTDECK_HOME`, else the XDG data dir.
+pub fn db_dir(cli: Option<&Path>) -> PathBuf {
+    if let Some(p) = cli {
+        return p.to_path_buf();
+    }
+    if let Some(p) = std::env::var_os("FLIGHTDECK_HOME") {
+        return PathBuf::from(p);
+    }
+    if let Some(p) = std::env::var_os("XDG_DATA_HOME") {
+        return PathBuf::from(p).join("flightdeck");
+    }
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("."));
+    home.join(".local/share/flightdeck")
+}
+
+/// The files of one database directory.
+#[derive(Clone, Debug)]
+pub struct DbPaths {
+    pub root: PathBuf,
+}
+
+impl DbPaths {
+    pub fn new(root: PathBuf) -> DbPaths {
+        DbPaths { root }
+    }
+    pub fn sled(&self) -> PathBuf {
+        self.root.join("history.sled")
+    }
+    pub fn server_socket(&self) -> PathBuf {
+        self.root.join("server.sock")
+    }
+    pub fn server_lock(&self) -> PathBuf {
+        self.root.join("server.lock")
+    }
+    pub fn server_log(&self) -> PathBuf {
+        self.root.join("server.log")
+    }
+    /// A local run's node directory: its agent's sockets, spec, logs and spool.
+    pub fn run_dir(&self, run: &RunId) -> PathBuf {
+        self.root.join("runs").join(run.as_str())
+    }
+}
+
+/// The files of one node's agent for one run.
+#[derive(Clone, Debug)]
+pub struct RunDirPaths {
+    pub root: PathBuf,
+}
+
+impl RunDirPaths {
+    pub fn new(root: PathBuf) -> RunDirPaths {
+        RunDirPaths { root }
+    }
+    pub fn spec(&self) -> PathBuf {
+        self.root.join("spec.json")
+    }
+    pub fn recipe(&self) -> PathBuf {
+        self.root.join("recipe.json")
+    }
+    pub fn agent_socket(&self) -> PathBuf {
+        self.root.join("agent.sock")
+    }
+    pub fn telemetry_socket(&self) -> PathBuf {
+        self.root.join("telemetry.sock")
+    }
+    pub fn agent_log(&self) -> PathBuf {
+        self.root.join("agent.log")
+    }
+    pub fn rank_log(&self, rank: u32) -> PathBuf {
+        self.root.join("logs").join(format!("rank-{rank}.log"))
+    }
+}

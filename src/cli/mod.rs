@@ -1,5 +1,127 @@
-//! placeholder
+//! The command line (DESIGN §3): parses arguments and dispatches to each subcommand.
+mod doctor;
+mod output;
+mod query;
+mod run;
+
+use crate::paths::{db_dir, DbPaths};
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "flightdeck",
+    version,
+    about = "A terminal cockpit for distributed training runs"
+)]
+pub struct Cli {
+    /// The history database directory (default: $FLIGHTDECK_HOME, else the XDG data dir).
+    #[arg(long, global = true)]
+    pub db: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Option<Cmd>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Cmd {
+    /// Launch a recipe.
+    Run(run::RunArgs),
+    /// Run history.
+    Runs {
+        #[arg(long)]
+        json: bool,
+    },
+    /// One run: recipe, ranks, events, summary.
+    Show {
+        run: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// A run's metric series.
+    Metrics(query::MetricsArgs),
+    /// Graceful stop: SIGTERM to every rank, SIGKILL after a grace period.
+    Stop { run: String },
+    /// Immediate SIGKILL of every rank.
+    Kill { run: String },
+    /// Check libtorch, NVML, NCCL, disk and ports on this machine.
+    Doctor,
+    /// The database owner; normally started on demand by any client.
+    Server {
+        #[arg(long)]
+        foreground: bool,
+    },
+    /// Internal: a node agent, started by launchers.
+    #[command(hide = true)]
+    Agent {
+        #[arg(long)]
+        run_dir: PathBuf,
+    },
+    /// Internal: a training rank, started by agents with the torchrun environment.
+    #[command(hide = true)]
+    Worker,
+}
+
+/// Exit codes: 0 success, 1 failure (a run failed, a server error), 2 bad input.
+pub const EXIT_FAILURE: i32 = 1;
+pub const EXIT_BAD_INPUT: i32 = 2;
+
 pub fn main() -> i32 {
-    println!("{}", crate::worker::selftest());
-    0
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { EXIT_BAD_INPUT } else { 0 };
+        }
+    };
+    let db = DbPaths::new(db_dir(cli.db.as_deref()));
+    let result = match cli.command {
+        None => {
+            eprintln!("flightdeck: the cockpit is not built yet; try `flightdeck run RECIPE --headless` or `flightdeck runs`");
+            return EXIT_BAD_INPUT;
+        }
+        Some(Cmd::Server { foreground }) => crate::server::main(db, foreground).map(|_| 0),
+        Some(Cmd::Agent { run_dir }) => crate::agent::main(run_dir).map(|_| 0),
+        Some(Cmd::Worker) => worker(),
+        Some(Cmd::Doctor) => Ok(doctor::doctor(&db)),
+        Some(cmd) => client_runtime().and_then(|rt| rt.block_on(client_command(&db, cmd))),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("flightdeck: {e:#}");
+            EXIT_FAILURE
+        }
+    }
+}
+
+#[cfg(feature = "torch")]
+fn worker() -> anyhow::Result<i32> {
+    crate::worker::main_from_env().map(|_| 0)
+}
+
+#[cfg(not(feature = "torch"))]
+fn worker() -> anyhow::Result<i32> {
+    anyhow::bail!("this flightdeck was built without the `torch` feature: it cannot run the worker")
+}
+
+fn client_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?)
+}
+
+async fn client_command(db: &DbPaths, cmd: Cmd) -> anyhow::Result<i32> {
+    match cmd {
+        Cmd::Run(args) => run::run(db, args).await,
+        Cmd::Runs { json } => query::runs(db, json).await,
+        Cmd::Show { run, json } => query::show(db, &run, json).await,
+        Cmd::Metrics(args) => query::metrics(db, args).await,
+        Cmd::Stop { run } => query::stop_or_kill(db, &run, false).await,
+        Cmd::Kill { run } => query::stop_or_kill(db, &run, true).await,
+        Cmd::Server { .. } | Cmd::Agent { .. } | Cmd::Worker | Cmd::Doctor => unreachable_command(),
+    }
+}
+
+fn unreachable_command() -> anyhow::Result<i32> {
+    anyhow::bail!("internal: this command is not a client command")
 }

@@ -114,6 +114,12 @@ impl<T: DeserializeOwned> Decoder<T> {
         }
     }
 
+    /// The undecoded bytes left in the buffer, handed over to a decoder of another message type
+    /// (after a handshake, the stream switches types).
+    pub fn take_rest(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.buf)
+    }
+
     /// Call at end of stream: reports a partial frame left in the buffer, if any.
     pub fn finish(&mut self) -> Option<FrameError> {
         if self.skipping > 0 {

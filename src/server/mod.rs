@@ -1,1 +1,205 @@
-//! placeholder
+//! The server: one per database. Owns sled (through the ingest thread), the launchers and the
+//! agent links, and serves clients on `server.sock`. Started on demand by clients; exits by
+//! itself when no run is live and no client is connected.
+mod clients;
+mod ingest;
+mod launch;
+mod link;
+mod tracker;
+
+use crate::agent::lock;
+use crate::ids::RunId;
+use crate::paths::DbPaths;
+use crate::protocol::{AgentCommand, Progress};
+use crate::store::{Batch, RunStatus, Store};
+use anyhow::Context;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+
+/// What followers of a live run see.
+#[derive(Clone, Debug)]
+pub struct RunView {
+    pub progress: Progress,
+    /// Set once the run has ended: its final status and reason.
+    pub ended: Option<(RunStatus, String)>,
+}
+
+/// A live run's handles: commands to its agent, and its view.
+pub struct Live {
+    pub commands: mpsc::Sender<AgentCommand>,
+    pub view: watch::Receiver<RunView>,
+}
+
+/// Live runs by id. Each run's link task inserts and removes its own entry.
+pub type Registry = Arc<Mutex<HashMap<RunId, Live>>>;
+
+/// Everything a client handler needs.
+#[derive(Clone)]
+pub struct Shared {
+    pub db: DbPaths,
+    pub store: Store,
+    ingest: ingest::Ingest,
+    pub registry: Registry,
+    clients: Arc<AtomicUsize>,
+}
+
+/// How long the server stays up with no live run and no client (env override for tests).
+fn idle_grace() -> Duration {
+    let ms = std::env::var("FLIGHTDECK_SERVER_IDLE_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3000);
+    Duration::from_millis(ms)
+}
+
+/// `flightdeck server`: prints "ready" once it serves, or exits quietly if another server
+/// already owns this database.
+pub fn main(db: DbPaths, foreground: bool) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&db.root).with_context(|| format!("creating {}", db.root.display()))?;
+    let Some(_lock) = take_lock(&db)? else {
+        eprintln!("a server already owns {}", db.root.display());
+        return Ok(());
+    };
+    init_logging(&db, foreground);
+    let store =
+        Store::open(&db.sled()).with_context(|| format!("opening {}", db.sled().display()))?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(serve(db, store))
+}
+
+/// An exclusive flock on `server.lock`, held for the life of the process.
+fn take_lock(db: &DbPaths) -> anyhow::Result<Option<std::fs::File>> {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(db.server_lock())?;
+    // SAFETY: flock on a descriptor we own.
+    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if r != 0 {
+        return Ok(None);
+    }
+    // The owner's pid, for people (and tests) who need to signal the server.
+    use std::io::Write;
+    f.set_len(0)?;
+    (&f).write_all(format!("{}\n", std::process::id()).as_bytes())?;
+    Ok(Some(f))
+}
+
+fn init_logging(db: &DbPaths, foreground: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("FLIGHTDECK_LOG")
+        .unwrap_or_else(|_| "info".into());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false);
+    if foreground {
+        builder.with_writer(std::io::stderr).init();
+    } else if let Ok(file) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(db.server_log())
+    {
+        builder.with_writer(Mutex::new(file)).init();
+    }
+}
+
+async fn serve(db: DbPaths, store: Store) -> anyhow::Result<()> {
+    let socket = db.server_socket();
+    let _ = std::fs::remove_file(&socket);
+    let listener = tokio::net::UnixListener::bind(&socket)
+        .with_context(|| format!("binding {}", socket.display()))?;
+    let shared = Shared {
+        ingest: ingest::Ingest::start(&store),
+        store,
+        db,
+        registry: Arc::new(Mutex::new(HashMap::new())),
+        clients: Arc::new(AtomicUsize::new(0)),
+    };
+    recover(&shared).await;
+    println!("ready");
+    tracing::info!("serving {}", socket.display());
+
+    let mut idle_check = tokio::time::interval(Duration::from_millis(250));
+    let mut idle_since = tokio::time::Instant::now();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let shared = shared.clone();
+                    shared.clients.fetch_add(1, Ordering::SeqCst);
+                    tokio::spawn(async move {
+                        if let Err(e) = clients::serve(stream, &shared).await {
+                            tracing::info!("client: {e:#}");
+                        }
+                        shared.clients.fetch_sub(1, Ordering::SeqCst);
+                    });
+                }
+                Err(e) => tracing::warn!("accept: {e}"),
+            },
+            _ = idle_check.tick() => {
+                let busy = shared.clients.load(Ordering::SeqCst) > 0 || !lock(&shared.registry).is_empty();
+                if busy {
+                    idle_since = tokio::time::Instant::now();
+                } else if idle_since.elapsed() >= idle_grace() {
+                    tracing::info!("no live run and no client: exiting");
+                    let _ = std::fs::remove_file(&socket);
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
+
+/// After a restart: reattach to the agents of runs that were live, or mark them interrupted.
+async fn recover(shared: &Shared) {
+    let runs = match shared.store.list_runs() {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!("listing runs for recovery: {e}");
+            return;
+        }
+    };
+    for record in runs.into_iter().filter(|r| r.status.is_live()) {
+        let ranks = shared.store.ranks(&record.id).unwrap_or_default();
+        let socket = record.agent_sockets.first().map(std::path::PathBuf::from);
+        let mut tracker = tracker::Tracker::new(record.clone(), ranks);
+        let attached = match socket {
+            Some(s) => {
+                link::attach(
+                    tracker_clone(&record, shared),
+                    s,
+                    shared.ingest.clone(),
+                    shared.registry.clone(),
+                )
+                .await
+            }
+            None => Err(anyhow::anyhow!("no agent socket recorded")),
+        };
+        match attached {
+            Ok(()) => tracing::info!("run {}: reattached to its agent", record.id),
+            Err(e) => {
+                let mut batch = Batch::default();
+                let reason =
+                    format!("the server restarted and the run's agent was unreachable ({e})");
+                tracker.end_without_agent(RunStatus::Interrupted, reason, &mut batch);
+                if let Err(e) = shared.ingest.write(batch).await {
+                    tracing::error!("marking {} interrupted: {e}", record.id);
+                }
+            }
+        }
+    }
+}
+
+fn tracker_clone(record: &crate::store::RunRecord, shared: &Shared) -> tracker::Tracker {
+    tracker::Tracker::new(
+        record.clone(),
+        shared.store.ranks(&record.id).unwrap_or_default(),
+    )
+}

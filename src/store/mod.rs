@@ -121,3 +121,10 @@ pub struct Summary {
     pub step_time_ms_median: Option<f64>,
     pub tokens_per_s: Option<f64>,
 }
+
+pub mod db;
+mod detail;
+pub mod keys;
+pub mod rollup;
+
+pub use db::{Batch, Store, StoreError, Writer};

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Flightdeck's build and tests use, only those that are missing.
+set -euo pipefail
+need=()
+have() { command -v "$1" >/dev/null 2>&1; }
+have cc || need+=(build-essential)
+have python3 || need+=(python3 python3-venv)
+have pkg-config || need+=(pkg-config)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "install-deps: installing ${need[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >&2
+  apt-get install -y -qq "${need[@]}" >&2
+fi

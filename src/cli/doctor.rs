@@ -1,0 +1,218 @@
+//! `flightdeck doctor`: what this machine can and cannot do, one line per check.
+use crate::paths::DbPaths;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Level {
+    Ok,
+    /// Works without it, with less (e.g. no GPU telemetry).
+    Warn,
+    /// Runs cannot work.
+    Fail,
+}
+
+struct Check {
+    name: &'static str,
+    level: Level,
+    detail: String,
+}
+
+pub fn doctor(db: &DbPaths) -> i32 {
+    let checks = vec![
+        libtorch(),
+        nvml(),
+        nccl(),
+        database(db),
+        disk(db),
+        ports(),
+        stack_tools(),
+        ssh(),
+    ];
+    println!("{:<10} {:<5} DETAIL", "CHECK", "STATE");
+    for c in &checks {
+        let state = match c.level {
+            Level::Ok => "ok",
+            Level::Warn => "warn",
+            Level::Fail => "FAIL",
+        };
+        println!("{:<10} {:<5} {}", c.name, state, c.detail);
+    }
+    if checks.iter().any(|c| c.level == Level::Fail) {
+        super::EXIT_FAILURE
+    } else {
+        0
+    }
+}
+
+#[cfg(feature = "torch")]
+fn libtorch() -> Check {
+    match std::panic::catch_unwind(crate::worker::libtorch_probe) {
+        Ok(Ok(detail)) => Check {
+            name: "libtorch",
+            level: Level::Ok,
+            detail,
+        },
+        Ok(Err(e)) => Check {
+            name: "libtorch",
+            level: Level::Fail,
+            detail: e.to_string(),
+        },
+        Err(_) => Check {
+            name: "libtorch",
+            level: Level::Fail,
+            detail: "libtorch panicked on a 2x2 matmul".into(),
+        },
+    }
+}
+
+#[cfg(not(feature = "torch"))]
+fn libtorch() -> Check {
+    Check {
+        name: "libtorch",
+        level: Level::Fail,
+        detail: "built without the `torch` feature".into(),
+    }
+}
+
+fn nvml() -> Check {
+    match nvml_wrapper::Nvml::init() {
+        Ok(n) => {
+            let count = n.device_count().unwrap_or(0);
+            let driver = n.sys_driver_version().unwrap_or_default();
+            Check {
+                name: "nvml",
+                level: Level::Ok,
+                detail: format!("{count} GPU(s), driver {driver}"),
+            }
+        }
+        Err(e) => Check {
+            name: "nvml",
+            level: Level::Warn,
+            detail: format!("unavailable ({e}): CPU-only sampling"),
+        },
+    }
+}
+
+fn nccl() -> Check {
+    for name in ["libnccl.so.2", "libnccl.so"] {
+        let c = std::ffi::CString::new(name).unwrap_or_default();
+        // SAFETY: dlopen with a valid C string; the handle is closed right away.
+        let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) };
+        if !h.is_null() {
+            // SAFETY: h came from dlopen above.
+            unsafe { libc::dlclose(h) };
+            return Check {
+                name: "nccl",
+                level: Level::Ok,
+                detail: format!("{name} loads"),
+            };
+        }
+    }
+    Check {
+        name: "nccl",
+        level: Level::Warn,
+        detail: "libnccl.so.2 not found on the loader path: ring backend only".into(),
+    }
+}
+
+fn database(db: &DbPaths) -> Check {
+    let probe = db.root.join(".doctor-probe");
+    let r = std::fs::create_dir_all(&db.root).and_then(|_| std::fs::write(&probe, b"ok"));
+    let _ = std::fs::remove_file(&probe);
+    match r {
+        Ok(()) => Check {
+            name: "database",
+            level: Level::Ok,
+            detail: format!("{} is writable", db.root.display()),
+        },
+        Err(e) => Check {
+            name: "database",
+            level: Level::Fail,
+            detail: format!("{}: {e}", db.root.display()),
+        },
+    }
+}
+
+fn disk(db: &DbPaths) -> Check {
+    let c = std::ffi::CString::new(db.root.display().to_string()).unwrap_or_default();
+    // SAFETY: statvfs fills the struct we pass; the path is a valid C string.
+    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::statvfs(c.as_ptr(), &mut s) };
+    if r != 0 {
+        return Check {
+            name: "disk",
+            level: Level::Warn,
+            detail: "cannot stat the database directory".into(),
+        };
+    }
+    let free_gib = s.f_bavail as f64 * s.f_frsize as f64 / (1u64 << 30) as f64;
+    let level = if free_gib < 1.0 {
+        Level::Warn
+    } else {
+        Level::Ok
+    };
+    Check {
+        name: "disk",
+        level,
+        detail: format!("{free_gib:.1} GiB free for history and checkpoints"),
+    }
+}
+
+fn ports() -> Check {
+    match std::net::TcpListener::bind("127.0.0.1:0") {
+        Ok(l) => Check {
+            name: "ports",
+            level: Level::Ok,
+            detail: format!(
+                "can listen on loopback (got port {})",
+                l.local_addr().map(|a| a.port()).unwrap_or(0)
+            ),
+        },
+        Err(e) => Check {
+            name: "ports",
+            level: Level::Fail,
+            detail: format!("cannot listen on loopback: {e}"),
+        },
+    }
+}
+
+fn on_path(tool: &str) -> bool {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+        .unwrap_or(false)
+}
+
+fn stack_tools() -> Check {
+    let found: Vec<&str> = ["gdb", "eu-stack", "py-spy"]
+        .into_iter()
+        .filter(|t| on_path(t))
+        .collect();
+    if found.is_empty() {
+        Check {
+            name: "stacks",
+            level: Level::Warn,
+            detail: "none of gdb, eu-stack, py-spy installed: no stack dumps".into(),
+        }
+    } else {
+        Check {
+            name: "stacks",
+            level: Level::Ok,
+            detail: found.join(", "),
+        }
+    }
+}
+
+fn ssh() -> Check {
+    if on_path("ssh") {
+        Check {
+            name: "ssh",
+            level: Level::Ok,
+            detail: "ssh client present".into(),
+        }
+    } else {
+        Check {
+            name: "ssh",
+            level: Level::Warn,
+            detail: "no ssh client (only needed for `ssh` debugging)".into(),
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! Read-only client commands (`runs`, `show`, `metrics`) and run control (`stop`, `kill`).
+use super::output;
+use super::EXIT_BAD_INPUT;
+use crate::client::Client;
+use crate::paths::DbPaths;
+use crate::protocol::{Reply, Request};
+use crate::store::{RunDetail, RunRecord};
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Csv,
+    Jsonl,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct MetricsArgs {
+    pub run: String,
+    /// The metric (default: loss). `flightdeck show RUN` lists them.
+    #[arg(long)]
+    pub key: Option<String>,
+    #[arg(long)]
+    pub rank: Option<u32>,
+    #[arg(long, value_enum, default_value = "csv")]
+    pub format: Format,
+}
+
+async fn ask(db: &DbPaths, req: Request) -> anyhow::Result<Result<Reply, String>> {
+    let mut client = Client::connect(db).await?;
+    Ok(match client.request(&req).await? {
+        Reply::Error { message } => Err(message),
+        r => Ok(r),
+    })
+}
+
+/// Prints a server-side refusal (no such run, ambiguous prefix) as bad input.
+fn refused(message: &str) -> anyhow::Result<i32> {
+    eprintln!("flightdeck: {message}");
+    Ok(EXIT_BAD_INPUT)
+}
+
+pub async fn runs(db: &DbPaths, json: bool) -> anyhow::Result<i32> {
+    let runs: Vec<RunRecord> = match ask(db, Request::ListRuns).await? {
+        Ok(Reply::Runs { runs }) => runs,
+        Ok(other) => anyhow::bail!("unexpected reply: {other:?}"),
+        Err(m) => return refused(&m),
+    };
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&output::runs_json(&runs))?
+        );
+        return Ok(0);
+    }
+    println!(
+        "{:<22} {:<11} {:<16} {:>5} {:>11} {:>9} {:>9}",
+        "ID", "STATUS", "NAME", "WORLD", "STEP", "LOSS", "DURATION"
+    );
+    for r in runs.iter().rev() {
+        let v = output::run_json(r);
+        let loss = r
+            .last_loss
+            .map(|l| format!("{l:.4}"))
+            .unwrap_or_else(|| "-".into());
+        let dur = v["duration_s"].as_f64().unwrap_or(0.0);
+        println!(
+            "{:<22} {:<11} {:<16} {:>5} {:>11} {:>9} {:>8.0}s",
+            r.id.as_str(),
+            r.status.name(),
+            truncate(&r.name, 16),
+            r.world_size,
+            format!("{}/{}", r.step, r.steps_planned),
+            loss,
+            dur
+        );
+    }
+    Ok(0)
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        s.chars().take(n - 1).chain(['…']).collect()
+    }
+}
+
+pub async fn show(db: &DbPaths, run: &str, json: bool) -> anyhow::Result<i32> {
+    let d: RunDetail = match ask(db, Request::ShowRun { run: run.into() }).await? {
+        Ok(Reply::Run { detail }) => *detail,
+        Ok(other) => anyhow::bail!("unexpected reply: {other:?}"),
+        Err(m) => return refused(&m),
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&output::show_json(&d))?);
+        return Ok(0);
+    }
+    let r = &d.run;
+    println!("run      {} ({})", r.id, r.name);
+    println!("recipe   {} ({})", r.recipe_name, r.recipe_path);
+    println!(
+        "status   {}{}",
+        r.status.name(),
+        if r.reason.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", r.reason)
+        }
+    );
+    println!("world    {} on {}", r.world_size, r.hosts.join(", "));
+    println!("steps    {}/{}", r.step, r.steps_planned);
+    let s = &d.summary;
+    let f = |x: Option<f64>, unit: &str| {
+        x.map(|v| format!("{v:.4}{unit}"))
+            .unwrap_or_else(|| "-".into())
+    };
+    println!(
+        "loss     first 10 steps {} → last 10 steps {}",
+        f(s.loss_first10_mean, ""),
+        f(s.loss_last10_mean, "")
+    );
+    println!(
+        "speed    {} median step, {} tokens/s",
+        f(s.step_time_ms_median, " ms"),
+        f(s.tokens_per_s, "")
+    );
+    println!("\nranks");
+    for k in &d.ranks {
+        let exit = k
+            .exit
+            .as_ref()
+            .map(|e| e.describe())
+            .unwrap_or_else(|| "running".into());
+        let phase = k.phase.map(|p| p.name()).unwrap_or("-");
+        println!(
+            "  rank {:<3} {:<10} pid {:<8} step {:<6} phase {:<5} {}",
+            k.rank,
+            k.host,
+            k.pid.unwrap_or(0),
+            k.step,
+            phase,
+            exit
+        );
+    }
+    println!("\nevents");
+    for e in &d.events {
+        let (y, mo, day, h, mi, sec) = crate::ids::civil_from_unix((e.t_ms / 1000) as i64);
+        println!(
+            "  {y:04}-{mo:02}-{day:02} {h:02}:{mi:02}:{sec:02}  {}",
+            e.text
+        );
+    }
+    println!("\nmetrics  {}", d.metrics.join(", "));
+    Ok(0)
+}
+
+pub async fn metrics(db: &DbPaths, args: MetricsArgs) -> anyhow::Result<i32> {
+    let key = args.key.clone().unwrap_or_else(|| "loss".into());
+    let req = Request::Metrics {
+        run: args.run.clone(),
+        key: Some(key.clone()),
+        rank: args.rank,
+    };
+    let points = match ask(db, req).await? {
+        Ok(Reply::Metrics { points }) => points,
+        Ok(other) => anyhow::bail!("unexpected reply: {other:?}"),
+        Err(m) => return refused(&m),
+    };
+    if points.is_empty() {
+        eprintln!("flightdeck: run {} has no points for metric {key:?}; `flightdeck show {}` lists its metrics", args.run, args.run);
+    }
+    let mut sorted = points;
+    sorted.sort_by_key(|p| (p.step, p.rank));
+    let mut out = String::new();
+    match args.format {
+        Format::Csv => {
+            out.push_str("step,rank,value\n");
+            for p in &sorted {
+                out.push_str(&format!("{},{},{}\n", p.step, p.rank, p.value));
+            }
+        }
+        Format::Jsonl => {
+            for p in &sorted {
+                let line = serde_json::json!({"step": p.step, "rank": p.rank, "key": key, "value": p.value});
+                out.push_str(&line.to_string());
+                out.push('\n');
+            }
+        }
+    }
+    print!("{out}");
+    Ok(0)
+}
+
+pub async fn stop_or_kill(db: &DbPaths, run: &str, kill: bool) -> anyhow::Result<i32> {
+    let req = if kill {
+        Request::Kill { run: run.into() }
+    } else {
+        Request::Stop { run: run.into() }
+    };
+    match ask(db, req).await? {
+        Ok(_) => {
+            println!("{} sent to run {run}", if kill { "kill" } else { "stop" });
+            Ok(0)
+        }
+        Err(m) => refused(&m),
+    }
+}

@@ -1,0 +1,109 @@
+//! `flightdeck run RECIPE`: validate, launch through the server, follow until the run ends.
+use super::{EXIT_BAD_INPUT, EXIT_FAILURE};
+use crate::client::Client;
+use crate::paths::DbPaths;
+use crate::protocol::{Progress, Reply, Request};
+use crate::store::RunStatus;
+use std::path::PathBuf;
+
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// The recipe file (TOML).
+    pub recipe: PathBuf,
+    /// Override a recipe key: `--set train.steps=60` (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub overrides: Vec<String>,
+    /// Comma-separated hosts (overrides cluster.hosts).
+    #[arg(long, value_delimiter = ',')]
+    pub hosts: Vec<String>,
+    /// Ranks on each host (overrides cluster.ranks_per_node).
+    #[arg(long)]
+    pub ranks_per_node: Option<u32>,
+    /// A name for the run (default: the recipe's name).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Print progress lines instead of opening the cockpit; exit with the run's outcome.
+    #[arg(long)]
+    pub headless: bool,
+}
+
+pub async fn run(db: &DbPaths, args: RunArgs) -> anyhow::Result<i32> {
+    let mut overrides = args.overrides.clone();
+    if !args.hosts.is_empty() {
+        let quoted: Vec<String> = args.hosts.iter().map(|h| format!("{h:?}")).collect();
+        overrides.push(format!("cluster.hosts=[{}]", quoted.join(",")));
+    }
+    if let Some(n) = args.ranks_per_node {
+        // parallel.data defaults to hosts × ranks_per_node, so the world size follows.
+        overrides.push(format!("cluster.ranks_per_node={n}"));
+    }
+    let recipe = match crate::recipe::load_file(&args.recipe, &overrides) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("flightdeck: {e}");
+            return Ok(EXIT_BAD_INPUT);
+        }
+    };
+    if !args.headless {
+        eprintln!("flightdeck: the cockpit is not built yet; running headless");
+    }
+    let mut client = Client::connect(db).await?;
+    let recipe_json = serde_json::to_string(&recipe)?;
+    let req = Request::Launch {
+        recipe_json,
+        recipe_path: args.recipe.display().to_string(),
+        name: args.name.clone(),
+    };
+    let run = match client.request(&req).await? {
+        Reply::Launched { run } => run,
+        Reply::Error { message } => anyhow::bail!("launch failed: {message}"),
+        other => anyhow::bail!("unexpected reply to launch: {other:?}"),
+    };
+    println!(
+        "run {run}: {} on {} rank(s), {} steps",
+        recipe.name,
+        recipe.world_size(),
+        recipe.train.steps
+    );
+    client.send(&Request::Follow { run: run.0.clone() }).await?;
+    while let Some(reply) = client.next().await? {
+        match reply {
+            Reply::Progress(p) => println!("{}", progress_line(&p)),
+            Reply::Ended {
+                run,
+                status,
+                reason,
+            } => {
+                println!("run {run} {}: {reason}", status.name());
+                return Ok(if status == RunStatus::Succeeded {
+                    0
+                } else {
+                    EXIT_FAILURE
+                });
+            }
+            Reply::Error { message } => anyhow::bail!("{message}"),
+            other => anyhow::bail!("unexpected reply while following: {other:?}"),
+        }
+    }
+    anyhow::bail!("lost the server while following run {run}; it goes on: `flightdeck show {run}`")
+}
+
+pub fn progress_line(p: &Progress) -> String {
+    let loss = p
+        .loss_mean
+        .map(|l| format!("{l:.4}"))
+        .unwrap_or_else(|| "-".into());
+    let ms = p
+        .step_time_ms_mean
+        .map(|m| format!("{m:.1} ms/step"))
+        .unwrap_or_else(|| "- ms/step".into());
+    format!(
+        "{} step {}/{} loss {loss} {ms} ranks {}/{} {}",
+        p.run,
+        p.step,
+        p.steps,
+        p.ranks_alive,
+        p.world_size,
+        p.status.name()
+    )
+}

@@ -1,0 +1,227 @@
+//! Turns one run's agent frames into store batches and a live view of the run.
+use crate::ids::{unix_ms, RunId};
+use crate::protocol::{AgentEvent, AgentFrame, Progress, RankMsg, RunOutcome};
+use crate::store::{Batch, EventKind, EventRecord, Point, RankInfo, RunRecord, RunStatus};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What the server knows of a live run; owned by that run's link task.
+pub struct Tracker {
+    pub record: RunRecord,
+    ranks: BTreeMap<u32, RankInfo>,
+    log_lines: BTreeMap<u32, u64>,
+    nan_reported: BTreeSet<u32>,
+    step_time_ms: BTreeMap<u32, f64>,
+}
+
+impl Tracker {
+    pub fn new(record: RunRecord, known_ranks: Vec<RankInfo>) -> Tracker {
+        Tracker {
+            ranks: known_ranks.into_iter().map(|r| (r.rank, r)).collect(),
+            record,
+            log_lines: BTreeMap::new(),
+            nan_reported: BTreeSet::new(),
+            step_time_ms: BTreeMap::new(),
+        }
+    }
+
+    fn run(&self) -> RunId {
+        self.record.id.clone()
+    }
+
+    fn rank(&mut self, rank: u32) -> &mut RankInfo {
+        self.ranks.entry(rank).or_insert_with(|| RankInfo {
+            rank,
+            host: String::new(),
+            pid: None,
+            exit: None,
+            step: 0,
+            phase: None,
+            last_loss: None,
+            cpu_pct: None,
+            rss_bytes: None,
+        })
+    }
+
+    /// Adds frames from node `node` to a batch; the run record (with the node's new acked
+    /// sequence number) goes into the same batch, so what is acked is exactly what is durable.
+    pub fn apply(&mut self, node: usize, frames: &[AgentFrame], batch: &mut Batch) {
+        let mut touched: BTreeSet<u32> = BTreeSet::new();
+        for f in frames {
+            self.apply_one(f, batch, &mut touched);
+        }
+        if let (Some(last), Some(slot)) = (frames.last(), self.record.acked_seq.get_mut(node)) {
+            *slot = last.seq;
+        }
+        let stepped: Vec<u64> = self.ranks.values().map(|r| r.step).collect();
+        self.record.step = stepped.iter().copied().min().unwrap_or(0);
+        let losses: Vec<f64> = self.ranks.values().filter_map(|r| r.last_loss).collect();
+        if !losses.is_empty() {
+            self.record.last_loss = Some(losses.iter().sum::<f64>() / losses.len() as f64);
+        }
+        batch.runs.push(self.record.clone());
+        for r in touched {
+            if let Some(info) = self.ranks.get(&r) {
+                batch.ranks.push((self.run(), info.clone()));
+            }
+        }
+    }
+
+    fn event(
+        &self,
+        batch: &mut Batch,
+        t_ms: u64,
+        kind: EventKind,
+        rank: Option<u32>,
+        text: String,
+    ) {
+        batch.events.push((
+            self.run(),
+            EventRecord {
+                t_ms,
+                kind,
+                rank,
+                text,
+            },
+        ));
+    }
+
+    fn apply_one(&mut self, f: &AgentFrame, batch: &mut Batch, touched: &mut BTreeSet<u32>) {
+        let run = self.run();
+        match &f.event {
+            AgentEvent::RankStarted {
+                rank,
+                local_rank,
+                pid,
+                host,
+            } => {
+                let info = self.rank(rank.0);
+                info.pid = Some(*pid);
+                info.host = host.clone();
+                touched.insert(rank.0);
+                if self.record.status == RunStatus::Starting {
+                    self.record.status = RunStatus::Running;
+                }
+                let text =
+                    format!("rank {rank} (local rank {local_rank}) started on {host}, pid {pid}");
+                self.event(batch, f.t_ms, EventKind::RankStarted, Some(rank.0), text);
+            }
+            AgentEvent::Rank { rank, msg } => {
+                touched.insert(rank.0);
+                match msg {
+                    RankMsg::Register { .. }
+                    | RankMsg::Collective(_)
+                    | RankMsg::Finished { .. } => {}
+                    RankMsg::Phase { phase, .. } => self.rank(rank.0).phase = Some(*phase),
+                    RankMsg::Step(m) => {
+                        for (name, value) in m.series() {
+                            batch.points.push((
+                                run.clone(),
+                                name,
+                                Point {
+                                    step: m.step.0,
+                                    rank: rank.0,
+                                    value,
+                                },
+                            ));
+                        }
+                        let info = self.rank(rank.0);
+                        info.step = info.step.max(m.step.0);
+                        info.last_loss = Some(m.loss);
+                        self.step_time_ms.insert(rank.0, m.step_time_ms);
+                        if !m.loss.is_finite() && self.nan_reported.insert(rank.0) {
+                            let text = format!(
+                                "rank {rank} reported loss {} at step {}",
+                                m.loss, m.step.0
+                            );
+                            self.event(batch, f.t_ms, EventKind::NanLoss, Some(rank.0), text);
+                        }
+                    }
+                }
+                if let RankMsg::Collective(rec) = msg {
+                    batch.collectives.push((run.clone(), rank.0, rec.clone()));
+                }
+            }
+            AgentEvent::ProcSample {
+                rank,
+                cpu_pct,
+                rss_bytes,
+            } => {
+                let info = self.rank(rank.0);
+                info.cpu_pct = Some(*cpu_pct);
+                info.rss_bytes = Some(*rss_bytes);
+                touched.insert(rank.0);
+            }
+            AgentEvent::GpuSample(_) | AgentEvent::Heartbeat => {}
+            AgentEvent::Log { rank, line, .. } => {
+                let n = self.log_lines.entry(rank.0).or_insert(0);
+                *n += 1;
+                batch.logs.push((run.clone(), rank.0, *n, line.clone()));
+            }
+            AgentEvent::RankExited { rank, pid, status } => {
+                let info = self.rank(rank.0);
+                info.exit = Some(status.clone());
+                let host = info.host.clone();
+                touched.insert(rank.0);
+                let text = format!(
+                    "rank {rank} ({host}, pid {pid}) exited: {}",
+                    status.describe()
+                );
+                self.event(batch, f.t_ms, EventKind::RankExited, Some(rank.0), text);
+            }
+            AgentEvent::Notice { text } => {
+                self.event(batch, f.t_ms, EventKind::Notice, None, text.clone())
+            }
+            AgentEvent::BadFrame { rank, reason } => {
+                let text = format!("bad frame dropped: {reason}");
+                self.event(batch, f.t_ms, EventKind::BadFrame, rank.map(|r| r.0), text)
+            }
+            AgentEvent::RunEnded { outcome, reason } => {
+                self.record.status = match outcome {
+                    RunOutcome::Succeeded => RunStatus::Succeeded,
+                    RunOutcome::Failed => RunStatus::Failed,
+                    RunOutcome::Stopped => RunStatus::Stopped,
+                    RunOutcome::Killed => RunStatus::Killed,
+                };
+                self.record.reason = reason.clone();
+                self.record.ended_ms = Some(f.t_ms);
+                let text = format!("run {}: {reason}", self.record.status.name());
+                self.event(batch, f.t_ms, EventKind::RunEnded, None, text);
+            }
+        }
+    }
+
+    /// Marks the run as ended without its agent's word (the agent is gone).
+    pub fn end_without_agent(&mut self, status: RunStatus, reason: String, batch: &mut Batch) {
+        self.record.status = status;
+        self.record.reason = reason.clone();
+        self.record.ended_ms = Some(unix_ms());
+        self.event(
+            batch,
+            unix_ms(),
+            EventKind::RunEnded,
+            None,
+            format!("run {}: {reason}", status.name()),
+        );
+        batch.runs.push(self.record.clone());
+    }
+
+    pub fn progress(&self) -> Progress {
+        let losses: Vec<f64> = self.ranks.values().filter_map(|r| r.last_loss).collect();
+        let times: Vec<f64> = self.step_time_ms.values().copied().collect();
+        let mean = |xs: &[f64]| (!xs.is_empty()).then(|| xs.iter().sum::<f64>() / xs.len() as f64);
+        Progress {
+            run: self.run(),
+            status: self.record.status,
+            step: self.record.step,
+            steps: self.record.steps_planned,
+            loss_mean: mean(&losses),
+            step_time_ms_mean: mean(&times),
+            ranks_alive: self
+                .ranks
+                .values()
+                .filter(|r| r.pid.is_some() && r.exit.is_none())
+                .count() as u32,
+            world_size: self.record.world_size,
+        }
+    }
+}

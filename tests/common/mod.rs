@@ -1,0 +1,156 @@
+//! Helpers for tests that drive the real `flightdeck` binary on a temporary database.
+#![allow(dead_code)]
+use std::io::{BufRead, BufReader};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_flightdeck"))
+}
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn recipe(name: &str) -> PathBuf {
+    repo().join("recipes").join(name)
+}
+
+/// A temporary database; its server is waited for (and its leftovers checked) on `finish`.
+pub struct Db {
+    pub dir: tempfile::TempDir,
+}
+
+impl Db {
+    pub fn new() -> Db {
+        // Short paths: Unix socket paths are limited to 108 bytes.
+        let dir = tempfile::Builder::new()
+            .prefix("fd")
+            .tempdir_in("/tmp")
+            .expect("tempdir");
+        Db { dir }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(bin());
+        c.arg("--db").arg(self.path()).args(args);
+        // The server exits soon after its last client, so tests can wait for it.
+        c.env("FLIGHTDECK_SERVER_IDLE_MS", "300");
+        c
+    }
+
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().expect("running flightdeck")
+    }
+
+    pub fn json(&self, args: &[&str]) -> serde_json::Value {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "{args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("valid JSON")
+    }
+
+    pub fn spawn(&self, args: &[&str]) -> Child {
+        self.cmd(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawning flightdeck")
+    }
+
+    /// Blocks until no server owns this database (the server holds an exclusive flock on
+    /// `server.lock` for its whole life, so taking the lock *is* the event "server exited").
+    pub fn wait_server_exit(&self) {
+        let path = self.path().join("server.lock");
+        let Ok(f) = std::fs::OpenOptions::new().write(true).open(&path) else {
+            return;
+        };
+        // SAFETY: flock on a descriptor we own; blocks until the server releases it.
+        let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
+        assert_eq!(r, 0, "flock on {}", path.display());
+        unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_UN) };
+    }
+
+    /// Processes that belong to this database: its server, agents and ranks.
+    pub fn leftover_processes(&self) -> Vec<String> {
+        let needle = self.path().display().to_string();
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let pid = entry.file_name().to_string_lossy().to_string();
+            if pid.parse::<u32>().is_err() || pid == std::process::id().to_string() {
+                continue;
+            }
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            let environ = std::fs::read(entry.path().join("environ")).unwrap_or_default();
+            let cmd = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            if cmd.contains(&needle) || String::from_utf8_lossy(&environ).contains(&needle) {
+                // A zombie has exited already; only its parent's wait is missing.
+                let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+                if stat
+                    .rsplit(')')
+                    .next()
+                    .is_some_and(|s| s.trim_start().starts_with('Z'))
+                {
+                    continue;
+                }
+                found.push(format!("{pid}: {cmd}"));
+            }
+        }
+        found
+    }
+
+    /// Waits for the server to exit and asserts that nothing of this database runs.
+    pub fn finish(&self) {
+        self.wait_server_exit();
+        let left = self.leftover_processes();
+        assert!(left.is_empty(), "processes left behind: {left:#?}");
+    }
+}
+
+/// Reads a child's stdout line by line until `pred` matches; returns that line.
+pub fn read_until(
+    lines: &mut impl Iterator<Item = std::io::Result<String>>,
+    pred: impl Fn(&str) -> bool,
+) -> String {
+    for line in lines.by_ref() {
+        let line = line.expect("reading child output");
+        if pred(&line) {
+            return line;
+        }
+    }
+    panic!("output ended before the expected line");
+}
+
+pub fn stdout_lines(child: &mut Child) -> impl Iterator<Item = std::io::Result<String>> {
+    BufReader::new(child.stdout.take().expect("piped stdout")).lines()
+}
+
+/// Parses `step,rank,value` CSV into (step, rank, value) rows.
+pub fn csv_rows(text: &str) -> Vec<(u64, u32, f64)> {
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("step,rank,value"), "CSV header");
+    lines
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (
+                f[0].parse().unwrap(),
+                f[1].parse().unwrap(),
+                f[2].parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// The step a progress line reports (`RUN step 12/60 loss ...`).
+pub fn progress_step(line: &str) -> Option<u64> {
+    let rest = line.split(" step ").nth(1)?;
+    rest.split('/').next()?.parse().ok()
+}
