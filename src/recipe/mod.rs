@@ -1,8 +1,17 @@
 //! Recipes: TOML data parsed into raw serde structs, then validated once into typed values.
+mod check;
+mod error;
 mod raw;
+mod sections;
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod tests_invalid;
+mod tree;
 mod validate;
 
-pub use validate::{load_file, parse_str, RecipeError};
+pub use error::{ErrorKind, RecipeError};
+pub use validate::{load_file, parse_str};
 
 use serde::{Deserialize, Serialize};
 

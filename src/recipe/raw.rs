@@ -1,1 +1,249 @@
-//! placeholder
+//! The recipe as written: serde structs with every field optional, and the schema that names them.
+//!
+//! Integers are read as `i64` and enums as strings on purpose: a negative size or a misspelt
+//! schedule must reach validation, which can say what would be valid, instead of failing inside
+//! serde with "invalid value: integer `-5`, expected u64".
+use serde::Deserialize;
+
+#[derive(Debug, Default, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRecipe {
+    pub name: Option<String>,
+    pub kind: Option<String>,
+    pub model: Option<RawModel>,
+    pub data: Option<RawData>,
+    pub train: Option<RawTrain>,
+    pub parallel: Option<RawParallel>,
+    pub checkpoint: Option<RawCheckpoint>,
+    pub cluster: Option<RawCluster>,
+    pub telemetry: Option<RawTelemetry>,
+    pub fault: Option<RawFault>,
+    pub command: Option<RawCommand>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawModel {
+    pub n_layer: Option<i64>,
+    pub n_head: Option<i64>,
+    pub d_model: Option<i64>,
+    pub context: Option<i64>,
+    pub vocab: Option<i64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawData {
+    pub source: Option<String>,
+    pub seed: Option<i64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTrain {
+    pub steps: Option<i64>,
+    pub batch_per_rank: Option<i64>,
+    pub lr: Option<f64>,
+    pub min_lr: Option<f64>,
+    pub warmup: Option<i64>,
+    pub schedule: Option<String>,
+    pub grad_clip: Option<f64>,
+    pub weight_decay: Option<f64>,
+    pub beta1: Option<f64>,
+    pub beta2: Option<f64>,
+    pub seed: Option<i64>,
+    pub dtype: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawParallel {
+    pub data: Option<i64>,
+    /// Named now so recipes can spell the full layout; only 1 is accepted until it exists.
+    pub tensor: Option<i64>,
+    /// As `tensor`.
+    pub pipeline: Option<i64>,
+    pub backend: Option<String>,
+    pub bucket_bytes: Option<i64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCheckpoint {
+    pub every: Option<i64>,
+    pub keep: Option<i64>,
+    pub dir: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCluster {
+    pub hosts: Option<Vec<String>>,
+    pub ranks_per_node: Option<i64>,
+    pub device: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTelemetry {
+    pub step_interval: Option<i64>,
+    pub sample_interval_ms: Option<i64>,
+    pub enabled: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawFault {
+    pub kind: Option<String>,
+    pub rank: Option<i64>,
+    pub step: Option<i64>,
+    pub slow_pct: Option<f64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCommand {
+    pub argv: Option<Vec<String>>,
+}
+
+/// The TOML type a key holds. The schema check uses it to name expected types in messages;
+/// serde then only ever sees values of the right type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Ty {
+    Str,
+    Int,
+    /// A float; an integer is accepted and widened (`lr = 1`).
+    Float,
+    Bool,
+    StrList,
+}
+
+impl Ty {
+    /// How messages name the expected type.
+    pub fn expected(self) -> &'static str {
+        match self {
+            Ty::Str => "a string",
+            Ty::Int => "an integer",
+            Ty::Float => "a number",
+            Ty::Bool => "a boolean (true or false)",
+            Ty::StrList => "a list of strings",
+        }
+    }
+
+    /// A `--set` example of this type, for hints.
+    pub fn example(self) -> &'static str {
+        match self {
+            Ty::Str => "text",
+            Ty::Int => "60",
+            Ty::Float => "3e-4",
+            Ty::Bool => "true",
+            Ty::StrList => r#"'["node-a", "node-b"]'"#,
+        }
+    }
+}
+
+/// Keys allowed at the top level, outside any table.
+pub(super) const TOP_KEYS: &[(&str, Ty)] = &[("name", Ty::Str), ("kind", Ty::Str)];
+
+/// Every table and its keys, in the order the docs and messages list them.
+pub(super) const TABLES: &[(&str, &[(&str, Ty)])] = &[
+    (
+        "model",
+        &[
+            ("n_layer", Ty::Int),
+            ("n_head", Ty::Int),
+            ("d_model", Ty::Int),
+            ("context", Ty::Int),
+            ("vocab", Ty::Int),
+        ],
+    ),
+    ("data", &[("source", Ty::Str), ("seed", Ty::Int)]),
+    (
+        "train",
+        &[
+            ("steps", Ty::Int),
+            ("batch_per_rank", Ty::Int),
+            ("lr", Ty::Float),
+            ("min_lr", Ty::Float),
+            ("warmup", Ty::Int),
+            ("schedule", Ty::Str),
+            ("grad_clip", Ty::Float),
+            ("weight_decay", Ty::Float),
+            ("beta1", Ty::Float),
+            ("beta2", Ty::Float),
+            ("seed", Ty::Int),
+            ("dtype", Ty::Str),
+        ],
+    ),
+    (
+        "parallel",
+        &[
+            ("data", Ty::Int),
+            ("tensor", Ty::Int),
+            ("pipeline", Ty::Int),
+            ("backend", Ty::Str),
+            ("bucket_bytes", Ty::Int),
+        ],
+    ),
+    (
+        "checkpoint",
+        &[("every", Ty::Int), ("keep", Ty::Int), ("dir", Ty::Str)],
+    ),
+    (
+        "cluster",
+        &[
+            ("hosts", Ty::StrList),
+            ("ranks_per_node", Ty::Int),
+            ("device", Ty::Str),
+        ],
+    ),
+    (
+        "telemetry",
+        &[
+            ("step_interval", Ty::Int),
+            ("sample_interval_ms", Ty::Int),
+            ("enabled", Ty::Bool),
+        ],
+    ),
+    (
+        "fault",
+        &[
+            ("kind", Ty::Str),
+            ("rank", Ty::Int),
+            ("step", Ty::Int),
+            ("slow_pct", Ty::Float),
+        ],
+    ),
+    ("command", &[("argv", Ty::StrList)]),
+];
+
+/// The keys of a table, if it is one the schema knows.
+pub(super) fn table_keys(table: &str) -> Option<&'static [(&'static str, Ty)]> {
+    TABLES
+        .iter()
+        .find(|(t, _)| *t == table)
+        .map(|(_, keys)| *keys)
+}
+
+/// `a, b, c`: a table's key names for "valid keys" lists.
+pub(super) fn key_names(keys: &[(&str, Ty)]) -> String {
+    keys.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(", ")
+}
+
+pub(super) fn table_names() -> String {
+    TABLES
+        .iter()
+        .map(|(t, _)| *t)
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -1,0 +1,354 @@
+//! Validation of the runtime sections: train, parallel, checkpoint, cluster, telemetry, fault, command.
+use super::check::{Check, MAX_I64, MAX_U32, R};
+use super::error::ErrorKind;
+use super::raw::*;
+use super::*;
+
+/// torch DDP's default gradient bucket.
+const DEFAULT_BUCKET_BYTES: i64 = 25 * 1024 * 1024;
+
+impl Check<'_> {
+    pub(super) fn train(&self, raw: RawTrain, trains: bool, device: Device) -> R<Train> {
+        let steps = self.required("train.steps", raw.steps, trains, 1, MAX_I64)? as u64;
+        let batch_per_rank = self.required(
+            "train.batch_per_rank",
+            raw.batch_per_rank,
+            trains,
+            1,
+            MAX_U32,
+        )? as u32;
+        let lr = match raw.lr {
+            Some(lr) => self.float("train.lr", lr, lr > 0.0, "a positive number, e.g. 3e-4")?,
+            None if trains => return Err(self.missing("train.lr", "a positive number, e.g. 3e-4")),
+            None => 0.0,
+        };
+        let min_lr = match raw.min_lr {
+            Some(v) => self.float(
+                "train.min_lr",
+                v,
+                (0.0..=lr).contains(&v),
+                &format!("between 0 and train.lr = {lr}"),
+            )?,
+            None => lr / 10.0,
+        };
+        let warmup = self.int_in("train.warmup", raw.warmup.unwrap_or(0), 0, MAX_I64)? as u64;
+        if trains && warmup > steps {
+            return Err(self.invalid(
+                "train.warmup",
+                format!(
+                    "{} is longer than {}; choose warmup from 0 to {steps}",
+                    self.ctx.show("train.warmup", warmup),
+                    self.ctx.show("train.steps", steps)
+                ),
+            ));
+        }
+        use Schedule::*;
+        let schedule = self.choice(
+            "train.schedule",
+            raw.schedule,
+            Cosine,
+            &[
+                ("constant", Constant),
+                ("cosine", Cosine),
+                ("linear", Linear),
+            ],
+        )?;
+        let grad_clip = raw.grad_clip.unwrap_or(1.0);
+        let grad_clip = self.float(
+            "train.grad_clip",
+            grad_clip,
+            grad_clip >= 0.0,
+            "0 (off) or a positive max norm",
+        )?;
+        let weight_decay = raw.weight_decay.unwrap_or(0.1);
+        let weight_decay = self.float(
+            "train.weight_decay",
+            weight_decay,
+            weight_decay >= 0.0,
+            "0 or more",
+        )?;
+        let beta = |key, v: f64| self.float(key, v, (0.0..1.0).contains(&v), "in [0, 1), e.g. 0.9");
+        let beta1 = beta("train.beta1", raw.beta1.unwrap_or(0.9))?;
+        let beta2 = beta("train.beta2", raw.beta2.unwrap_or(0.95))?;
+        let seed = self.int_in("train.seed", raw.seed.unwrap_or(1337), 0, MAX_I64)? as u64;
+        let dtype = self.choice(
+            "train.dtype",
+            raw.dtype,
+            Dtype::Fp32,
+            &[("fp32", Dtype::Fp32), ("bf16", Dtype::Bf16)],
+        )?;
+        if trains && dtype == Dtype::Bf16 && device != Device::Cuda {
+            return Err(self.invalid("train.dtype", format!(
+                r#"{} needs cluster.device = "cuda" (bf16 autocast runs on GPUs; CPU ranks train in fp32); valid on cpu: fp32"#,
+                self.ctx.show("train.dtype", "\"bf16\"")
+            )));
+        }
+        Ok(Train {
+            steps,
+            batch_per_rank,
+            lr,
+            min_lr,
+            warmup,
+            schedule,
+            grad_clip,
+            weight_decay,
+            beta1,
+            beta2,
+            seed,
+            dtype,
+        })
+    }
+
+    pub(super) fn parallel(&self, raw: RawParallel, cluster: &Cluster) -> R<Parallel> {
+        let hosts = cluster.hosts.len() as u64;
+        let slots = hosts * u64::from(cluster.ranks_per_node);
+        let data =
+            match raw.data {
+                Some(v) => self.int_in("parallel.data", v, 1, MAX_U32)? as u32,
+                None => u32::try_from(slots).map_err(|_| {
+                    self.invalid(
+                        "cluster.ranks_per_node",
+                        format!(
+                "{} hosts × {} ranks per node is more ranks than Flightdeck counts ({})",
+                hosts, cluster.ranks_per_node, u32::MAX
+            ),
+                    )
+                })?,
+            };
+        if u64::from(data) > slots {
+            return Err(self.invalid("parallel.data", format!(
+                "{} is larger than the {slots} rank slots: {hosts} host{} (cluster.hosts) times cluster.ranks_per_node = {}; \
+                 choose parallel.data from 1 to {slots}, or add hosts, or raise cluster.ranks_per_node",
+                self.ctx.show("parallel.data", data),
+                if hosts == 1 { "" } else { "s" },
+                cluster.ranks_per_node
+            )));
+        }
+        for (key, v) in [
+            ("parallel.tensor", raw.tensor),
+            ("parallel.pipeline", raw.pipeline),
+        ] {
+            if let Some(v) = v.filter(|v| *v != 1) {
+                return Err(self.ctx.err(
+                    ErrorKind::Unsupported,
+                    key,
+                    format!(
+                        "{}: only data parallelism runs today; valid: 1",
+                        self.ctx.show(key, v)
+                    ),
+                ));
+            }
+        }
+        use CollectiveBackend::*;
+        let backend = self.choice(
+            "parallel.backend",
+            raw.backend,
+            Ring,
+            &[("ring", Ring), ("nccl", Nccl)],
+        )?;
+        if backend == Nccl && cluster.device != Device::Cuda {
+            return Err(self.invalid("parallel.backend", format!(
+                r#"{} needs cluster.device = "cuda" (NCCL reduces GPU tensors); use backend = "ring" on cpu"#,
+                self.ctx.show("parallel.backend", "\"nccl\"")
+            )));
+        }
+        let bucket_bytes = raw.bucket_bytes.unwrap_or(DEFAULT_BUCKET_BYTES);
+        let bucket_bytes = self.int_in("parallel.bucket_bytes", bucket_bytes, 1, MAX_I64)? as u64;
+        Ok(Parallel {
+            data,
+            backend,
+            bucket_bytes,
+        })
+    }
+
+    pub(super) fn checkpoint(&self, raw: RawCheckpoint) -> R<Checkpoint> {
+        let every = self.int_in("checkpoint.every", raw.every.unwrap_or(0), 0, MAX_I64)? as u64;
+        let keep = self.int_in("checkpoint.keep", raw.keep.unwrap_or(3), 1, MAX_U32)? as u32;
+        let dir = raw.dir.unwrap_or_else(|| "checkpoints".to_string());
+        if dir.trim().is_empty() || dir.chars().any(char::is_control) {
+            return Err(self.invalid("checkpoint.dir", format!(
+                r#"{} is not a directory name; e.g. dir = "checkpoints" (relative to the run's directory)"#,
+                self.ctx.show("checkpoint.dir", format!("{dir:?}"))
+            )));
+        }
+        Ok(Checkpoint { every, keep, dir })
+    }
+
+    pub(super) fn telemetry(&self, raw: RawTelemetry) -> R<Telemetry> {
+        let step_interval = self.int_in(
+            "telemetry.step_interval",
+            raw.step_interval.unwrap_or(1),
+            1,
+            MAX_I64,
+        )? as u64;
+        let key = "telemetry.sample_interval_ms";
+        let sample_interval_ms =
+            self.int_in(key, raw.sample_interval_ms.unwrap_or(1000), 100, MAX_I64)? as u64;
+        Ok(Telemetry {
+            step_interval,
+            sample_interval_ms,
+            enabled: raw.enabled.unwrap_or(true),
+        })
+    }
+
+    pub(super) fn command(&self, raw: Option<RawCommand>, kind: Kind) -> R<Option<Command>> {
+        let example = r#"argv = ["python", "train.py"] under [command]"#;
+        if kind != Kind::Command {
+            return match raw {
+                None => Ok(None),
+                Some(_) => Err(self.invalid("command", format!(
+                    r#"[command] is only read when kind = "command" (this recipe has kind = "{}"); remove [command] or set kind = "command""#,
+                    self.kind
+                ))),
+            };
+        }
+        let Some(argv) = raw.and_then(|c| c.argv) else {
+            let message = format!(
+                r#"command.argv is missing; kind = "command" runs it on every rank: add {example}"#
+            );
+            return Err(self.ctx.err(ErrorKind::Missing, "command.argv", message));
+        };
+        let shown = self
+            .ctx
+            .show("command.argv", toml::Value::from(argv.clone()));
+        if argv.first().is_none_or(|program| program.trim().is_empty()) {
+            return Err(self.invalid(
+                "command.argv",
+                format!("{shown} names no program; e.g. {example}"),
+            ));
+        }
+        if argv.iter().any(|a| a.contains('\0')) {
+            return Err(self.invalid(
+                "command.argv",
+                format!("{shown} contains a NUL character, which no program argument can hold"),
+            ));
+        }
+        Ok(Some(Command { argv }))
+    }
+
+    pub(super) fn cluster(&self, raw: RawCluster) -> R<Cluster> {
+        let hosts = raw.hosts.unwrap_or_else(|| vec!["local".to_string()]);
+        let forms = r#"hosts are "local" or SSH destinations like "node-a" or "user@node-b:2222""#;
+        if hosts.is_empty() {
+            return Err(self.invalid(
+                "cluster.hosts",
+                format!(
+                    "{} lists no host; {forms}, e.g. hosts = [\"local\"]",
+                    self.ctx.show("cluster.hosts", "[]")
+                ),
+            ));
+        }
+        for (i, host) in hosts.iter().enumerate() {
+            if let Some(problem) = host_problem(host) {
+                return Err(self.invalid(
+                    "cluster.hosts",
+                    format!(
+                        "{} {problem}; {forms}",
+                        self.ctx
+                            .show(&format!("cluster.hosts[{i}]"), format!("{host:?}"))
+                    ),
+                ));
+            }
+            if hosts[..i].contains(host) {
+                return Err(self.invalid("cluster.hosts", format!(
+                    "cluster.hosts lists {host:?} twice; list each node once and raise cluster.ranks_per_node for more ranks on it"
+                )));
+            }
+        }
+        let rpn = self.int_in(
+            "cluster.ranks_per_node",
+            raw.ranks_per_node.unwrap_or(1),
+            1,
+            MAX_U32,
+        )? as u32;
+        let device = self.choice(
+            "cluster.device",
+            raw.device,
+            Device::Cpu,
+            &[("cpu", Device::Cpu), ("cuda", Device::Cuda)],
+        )?;
+        Ok(Cluster {
+            hosts,
+            ranks_per_node: rpn,
+            device,
+        })
+    }
+
+    pub(super) fn fault(&self, raw: RawFault, world: u32, train: &Train, trains: bool) -> R<Fault> {
+        use FaultKind as F;
+        let kinds = [
+            ("none", F::None),
+            ("hang-before-collective", F::HangBeforeCollective),
+            ("hang-in-collective", F::HangInCollective),
+            ("crash", F::Crash),
+            ("mismatch", F::Mismatch),
+            ("slow", F::Slow),
+        ];
+        let kind = self.choice("fault.kind", raw.kind, F::None, &kinds)?;
+        let rank = self.int_in("fault.rank", raw.rank.unwrap_or(0), 0, MAX_U32)? as u32;
+        if rank >= world {
+            return Err(self.invalid("fault.rank", format!(
+                "{} is not a rank of this run: the world size (parallel.data) is {world}, so choose fault.rank from 0 to {}",
+                self.ctx.show("fault.rank", rank),
+                world - 1
+            )));
+        }
+        // Steps count from 1 (the first optimizer update), as `ids::Step` does.
+        let step = self.int_in("fault.step", raw.step.unwrap_or(1), 1, MAX_I64)? as u64;
+        if trains && kind != F::None && step > train.steps {
+            return Err(self.invalid("fault.step", format!(
+                "{} is after the last step ({}), so the fault would never fire; choose fault.step from 1 to {}",
+                self.ctx.show("fault.step", step),
+                self.ctx.show("train.steps", train.steps),
+                train.steps
+            )));
+        }
+        let slow_pct = raw.slow_pct.unwrap_or(50.0);
+        let valid = "a positive percentage (50 = the slow rank's steps take 1.5x as long)";
+        let slow_pct = self.float("fault.slow_pct", slow_pct, slow_pct > 0.0, valid)?;
+        Ok(Fault {
+            kind,
+            rank,
+            step,
+            slow_pct,
+        })
+    }
+}
+
+/// Why a `cluster.hosts` entry cannot be an SSH destination (`[user@]host[:port]`), if it cannot.
+fn host_problem(host: &str) -> Option<String> {
+    if host.is_empty() {
+        return Some("is empty".to_string());
+    }
+    if host.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Some("contains whitespace or a control character".to_string());
+    }
+    let target = match host.split_once('@') {
+        Some(("", _)) => return Some("has no user name before '@'".to_string()),
+        Some((_, target)) => target,
+        None => host,
+    };
+    let (name, port) = match target.strip_prefix('[') {
+        // `[v6-address]:port`
+        Some(bracketed) => match bracketed.split_once(']') {
+            Some((addr, "")) => (addr, None),
+            Some((addr, rest)) => match rest.strip_prefix(':') {
+                Some(port) => (addr, Some(port)),
+                None => return Some("has text after ']' that is not :PORT".to_string()),
+            },
+            None => return Some("opens '[' without a closing ']'".to_string()),
+        },
+        // One colon separates a port; more make a bare IPv6 address.
+        None => match target.split_once(':') {
+            Some((name, port)) if !port.contains(':') => (name, Some(port)),
+            _ => (target, None),
+        },
+    };
+    if name.is_empty() {
+        return Some("has no host name".to_string());
+    }
+    match port.map(str::parse::<u16>) {
+        Some(Ok(0) | Err(_)) => Some("has a port that is not a number from 1 to 65535".to_string()),
+        _ => None,
+    }
+}
