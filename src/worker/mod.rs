@@ -1,5 +1,169 @@
-//! placeholder
+//! `flightdeck worker`: one data-parallel rank of the embedded tch runtime (DESIGN.md §5).
+//!
+//! Map: `env` parses the torchrun environment; `group` joins the ranks (rendezvous, ring,
+//! flight recorder); `data` makes the batches, `arith` is its synthetic generator; `model` is
+//! the GPT; `optim` is AdamW and its schedule; `train` is the loop; `telemetry` streams to the
+//! node agent.
+pub mod arith;
+pub mod data;
+pub mod env;
+pub mod group;
+pub mod model;
+pub mod optim;
+pub mod telemetry;
+pub mod train;
+
+use crate::ids::{Rank, Step};
+use crate::protocol::message::Phase;
+use crate::recipe::Recipe;
+use anyhow::Context;
+use env::WorkerEnv;
+use std::path::Path;
+use telemetry::Telemetry;
+
+/// The entry for `flightdeck worker`: everything comes from the environment the agent (or
+/// torchrun) sets. Ok after `train.steps` steps; an error (to print on stderr, exit non-zero)
+/// otherwise.
+pub fn main_from_env() -> anyhow::Result<()> {
+    let env = WorkerEnv::from_lookup(|k| std::env::var(k).ok())?;
+    // Inter-op parallelism must be fixed before any parallel work (libtorch refuses, and tch
+    // panics, on a second call); a model this size gains nothing from it. Intra-op threads
+    // share the node's cores between its ranks.
+    static INTEROP: std::sync::Once = std::sync::Once::new();
+    INTEROP.call_once(|| tch::set_num_interop_threads(1));
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    tch::set_num_threads(env.torch_threads(cores));
+
+    let recipe = load_recipe(&env.recipe_path)?;
+    train::check(&recipe, env.world_size).with_context(|| format!("rank {}", env.rank))?;
+    let telemetry = Telemetry::connect(
+        env.telemetry.as_deref(),
+        &env.node,
+        Rank(env.rank),
+        &recipe.telemetry,
+    );
+    telemetry.tx().phase(Step(0), Phase::Init);
+
+    let result = group::connect(&env, &recipe, telemetry.tx())
+        .map_err(anyhow::Error::from)
+        .and_then(|mut group| {
+            train::train(&recipe, group.as_mut(), telemetry.tx(), &mut |_| {})
+                .with_context(|| format!("rank {}", env.rank))
+        });
+    let report = telemetry.finish(result.as_ref().ok().map(|o| (o.steps, o.final_loss)));
+    if env.telemetry.is_some() {
+        eprintln!(
+            "rank {}: telemetry sent {}, dropped {} (queue full), lost {} (socket)",
+            env.rank, report.sent, report.dropped, report.lost
+        );
+    }
+    result.map(|_| ())
+}
+
+fn load_recipe(path: &Path) -> anyhow::Result<Recipe> {
+    let text = std::fs::read_to_string(path).with_context(|| {
+        format!(
+            "FLIGHTDECK_RECIPE {}: cannot read the recipe",
+            path.display()
+        )
+    })?;
+    serde_json::from_str(&text).with_context(|| {
+        format!(
+            "FLIGHTDECK_RECIPE {}: not a validated recipe as JSON (the agent writes it)",
+            path.display()
+        )
+    })
+}
+
+/// Placeholder kept until the CLI calls `main_from_env` (the skeleton's `cli` still uses it).
 pub fn selftest() -> f64 {
     let t = tch::Tensor::from_slice(&[1.0f32, 2.0]);
     t.sum(tch::Kind::Float).double_value(&[])
+}
+
+/// Recipes for the worker's tests: a GPT small enough to train in milliseconds per step.
+#[cfg(test)]
+pub(crate) mod testing {
+    use crate::recipe::*;
+
+    pub fn recipe(world: u32, batch_per_rank: u32, steps: u64) -> Recipe {
+        Recipe {
+            name: "worker-test".into(),
+            kind: Kind::Pretrain,
+            model: Model {
+                n_layer: 2,
+                n_head: 2,
+                d_model: 32,
+                context: 32,
+                vocab: 16,
+            },
+            data: Data {
+                source: DataSource::Synthetic {
+                    generator: "arith".into(),
+                },
+                seed: 1,
+            },
+            train: Train {
+                steps,
+                batch_per_rank,
+                lr: 3e-3,
+                min_lr: 3e-4,
+                warmup: 5,
+                schedule: Schedule::Cosine,
+                grad_clip: 1.0,
+                weight_decay: 0.1,
+                beta1: 0.9,
+                beta2: 0.95,
+                seed: 1337,
+                dtype: Dtype::Fp32,
+            },
+            parallel: Parallel {
+                data: world,
+                backend: CollectiveBackend::Ring,
+                bucket_bytes: 25 << 20,
+            },
+            checkpoint: Checkpoint {
+                every: 0,
+                keep: 1,
+                dir: "ckpt".into(),
+            },
+            cluster: Cluster {
+                hosts: vec!["local".into()],
+                ranks_per_node: world,
+                device: Device::Cpu,
+            },
+            telemetry: Telemetry {
+                step_interval: 1,
+                sample_interval_ms: 1000,
+                enabled: true,
+            },
+            fault: Fault {
+                kind: FaultKind::None,
+                rank: 0,
+                step: 0,
+                slow_pct: 0.0,
+            },
+            command: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn recipe_json_round_trips_and_bad_files_name_the_variable() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.json");
+        let r = super::testing::recipe(2, 4, 10);
+        std::fs::write(&path, serde_json::to_string(&r).unwrap()).unwrap();
+        assert_eq!(super::load_recipe(&path).unwrap(), r);
+        std::fs::write(&path, "{").unwrap();
+        let err = format!("{:#}", super::load_recipe(&path).unwrap_err());
+        assert!(
+            err.contains("FLIGHTDECK_RECIPE") && err.contains("r.json"),
+            "{err}"
+        );
+    }
 }

@@ -1,0 +1,246 @@
+//! The GPT: pre-LayerNorm blocks, fused-qkv causal attention, tied embeddings (nanoGPT's shape).
+//!
+//! Parameters are plain leaf tensors in a fixed, named order (no `VarStore`): the optimizer and
+//! the gradient buckets walk them in that order, identically on every rank, and a checkpoint can
+//! name them.
+use crate::recipe::Model;
+use std::sync::Mutex;
+use tch::{Device, Kind, TchError, Tensor};
+
+/// One trainable tensor. `decay` says whether AdamW's weight decay applies to it.
+pub struct Param {
+    pub name: String,
+    pub tensor: Tensor,
+    pub decay: bool,
+}
+
+struct Block {
+    ln1_w: Tensor,
+    ln1_b: Tensor,
+    /// [3·d, d]: q, k and v projections in one matmul.
+    qkv_w: Tensor,
+    qkv_b: Tensor,
+    proj_w: Tensor,
+    proj_b: Tensor,
+    ln2_w: Tensor,
+    ln2_b: Tensor,
+    fc_w: Tensor,
+    fc_b: Tensor,
+    out_w: Tensor,
+    out_b: Tensor,
+}
+
+pub struct Gpt {
+    cfg: Model,
+    /// [vocab, d]: the token embedding and, tied, the output head.
+    wte: Tensor,
+    wpe: Tensor,
+    blocks: Vec<Block>,
+    lnf_w: Tensor,
+    lnf_b: Tensor,
+    /// Shallow clones of every tensor above (same storage and grad), in init order.
+    params: Vec<Param>,
+}
+
+/// `tch::manual_seed` sets the process-wide CPU generator. Initialisation holds this lock so two
+/// models built at once in one process (tests, in-process ranks) each draw an unbroken stream.
+static INIT_LOCK: Mutex<()> = Mutex::new(());
+
+const LN_EPS: f64 = 1e-5;
+
+impl Gpt {
+    /// Initialises from `seed`, nanoGPT's way: normal(0, 0.02) weights and embeddings,
+    /// residual output projections at 0.02/√(2·n_layer), zero biases, unit LayerNorm gains.
+    /// The same seed gives bit-identical weights on every rank.
+    pub fn new(cfg: &Model, seed: u64) -> Result<Gpt, TchError> {
+        let _guard = INIT_LOCK
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        tch::manual_seed(seed as i64);
+        let d = i64::from(cfg.d_model);
+        let std = 0.02;
+        let resid_std = 0.02 / (2.0 * f64::from(cfg.n_layer)).sqrt();
+        let mut params = Vec::new();
+        let mut add = |name: String, t: Tensor, decay: bool| -> Result<Tensor, TchError> {
+            let t = t.f_set_requires_grad(true)?;
+            params.push(Param {
+                name,
+                tensor: t.shallow_clone(),
+                decay,
+            });
+            Ok(t)
+        };
+        // The tied embedding is decayed: it is also the output head's weight matrix, and
+        // nanoGPT (which decays every ≥2-D tensor) trains well so. Position embeddings are not.
+        let wte = add("wte".into(), normal(&[i64::from(cfg.vocab), d], std)?, true)?;
+        let wpe = add(
+            "wpe".into(),
+            normal(&[i64::from(cfg.context), d], std)?,
+            false,
+        )?;
+        let mut blocks = Vec::new();
+        for l in 0..cfg.n_layer {
+            let p = |s: &str| format!("h.{l}.{s}");
+            blocks.push(Block {
+                ln1_w: add(p("ln_1.weight"), ones(d)?, false)?,
+                ln1_b: add(p("ln_1.bias"), zeros(d)?, false)?,
+                qkv_w: add(p("attn.c_attn.weight"), normal(&[3 * d, d], std)?, true)?,
+                qkv_b: add(p("attn.c_attn.bias"), zeros(3 * d)?, false)?,
+                proj_w: add(p("attn.c_proj.weight"), normal(&[d, d], resid_std)?, true)?,
+                proj_b: add(p("attn.c_proj.bias"), zeros(d)?, false)?,
+                ln2_w: add(p("ln_2.weight"), ones(d)?, false)?,
+                ln2_b: add(p("ln_2.bias"), zeros(d)?, false)?,
+                fc_w: add(p("mlp.c_fc.weight"), normal(&[4 * d, d], std)?, true)?,
+                fc_b: add(p("mlp.c_fc.bias"), zeros(4 * d)?, false)?,
+                out_w: add(
+                    p("mlp.c_proj.weight"),
+                    normal(&[d, 4 * d], resid_std)?,
+                    true,
+                )?,
+                out_b: add(p("mlp.c_proj.bias"), zeros(d)?, false)?,
+            });
+        }
+        let lnf_w = add("ln_f.weight".into(), ones(d)?, false)?;
+        let lnf_b = add("ln_f.bias".into(), zeros(d)?, false)?;
+        Ok(Gpt {
+            cfg: cfg.clone(),
+            wte,
+            wpe,
+            blocks,
+            lnf_w,
+            lnf_b,
+            params,
+        })
+    }
+
+    pub fn params(&self) -> &[Param] {
+        &self.params
+    }
+
+    pub fn params_mut(&mut self) -> &mut [Param] {
+        &mut self.params
+    }
+
+    pub fn num_params(&self) -> usize {
+        self.params.iter().map(|p| p.tensor.numel()).sum()
+    }
+
+    /// Logits [B, T, vocab] for token ids [B, T] (T ≤ context).
+    pub fn forward(&self, idx: &Tensor) -> Result<Tensor, TchError> {
+        let (b, t) = idx.size2()?;
+        let d = i64::from(self.cfg.d_model);
+        let h = i64::from(self.cfg.n_head);
+        let tok = Tensor::f_embedding(&self.wte, idx, -1, false, false)?;
+        let pos = self.wpe.f_narrow(0, 0, t)?;
+        let mut x = tok.f_add(&pos)?;
+        for blk in &self.blocks {
+            // Attention: one fused projection, split into heads [B, H, T, d/H].
+            let a = x.f_layer_norm([d], Some(&blk.ln1_w), Some(&blk.ln1_b), LN_EPS, false)?;
+            let qkv = a.f_linear(&blk.qkv_w, Some(&blk.qkv_b))?.f_split(d, 2)?;
+            let heads = |t_: &Tensor| t_.f_view([b, t, h, d / h])?.f_transpose(1, 2);
+            let (q, k, v) = (heads(&qkv[0])?, heads(&qkv[1])?, heads(&qkv[2])?);
+            let y = Tensor::f_scaled_dot_product_attention(
+                &q,
+                &k,
+                &v,
+                None::<Tensor>,
+                0.0,
+                true,
+                None::<f64>,
+                false,
+            )?;
+            let y = y.f_transpose(1, 2)?.f_contiguous()?.f_view([b, t, d])?;
+            x = x.f_add(&y.f_linear(&blk.proj_w, Some(&blk.proj_b))?)?;
+            // MLP: 4·d with exact GELU.
+            let m = x.f_layer_norm([d], Some(&blk.ln2_w), Some(&blk.ln2_b), LN_EPS, false)?;
+            let m = m.f_linear(&blk.fc_w, Some(&blk.fc_b))?.f_gelu("none")?;
+            x = x.f_add(&m.f_linear(&blk.out_w, Some(&blk.out_b))?)?;
+        }
+        let x = x.f_layer_norm([d], Some(&self.lnf_w), Some(&self.lnf_b), LN_EPS, false)?;
+        x.f_linear(&self.wte, None::<Tensor>)
+    }
+
+    /// Mean cross-entropy over every position of the batch (a scalar tensor).
+    pub fn loss(&self, idx: &Tensor, targets: &Tensor) -> Result<Tensor, TchError> {
+        let logits = self.forward(idx)?;
+        let v = i64::from(self.cfg.vocab);
+        logits
+            .f_view([-1, v])?
+            .f_log_softmax(-1, Kind::Float)?
+            .f_nll_loss(
+                &targets.f_view([-1])?,
+                None::<Tensor>,
+                tch::Reduction::Mean,
+                -100,
+            )
+    }
+}
+
+fn normal(dims: &[i64], std: f64) -> Result<Tensor, TchError> {
+    Tensor::f_empty(dims, (Kind::Float, Device::Cpu))?.f_normal_(0.0, std)
+}
+
+fn zeros(n: i64) -> Result<Tensor, TchError> {
+    Tensor::f_zeros([n], (Kind::Float, Device::Cpu))
+}
+
+fn ones(n: i64) -> Result<Tensor, TchError> {
+    Tensor::f_ones([n], (Kind::Float, Device::Cpu))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn tiny() -> Model {
+        Model {
+            n_layer: 2,
+            n_head: 2,
+            d_model: 32,
+            context: 16,
+            vocab: 16,
+        }
+    }
+
+    #[test]
+    fn forward_shapes_and_initial_loss_near_ln_vocab() {
+        let m = Gpt::new(&tiny(), 1).unwrap();
+        let idx = Tensor::from_slice(&(0..48).map(|i| i % 16).collect::<Vec<i64>>()).view([3, 16]);
+        let logits = m.forward(&idx).unwrap();
+        assert_eq!(logits.size(), vec![3, 16, 16]);
+        // Shorter than the context works too (positions are sliced).
+        assert_eq!(
+            m.forward(&idx.narrow(1, 0, 5)).unwrap().size(),
+            vec![3, 5, 16]
+        );
+        // Targets unlike the inputs: tied embeddings favour repeating the input token a little.
+        let targets = (&idx + 5).remainder(16);
+        let loss = m.loss(&idx, &targets).unwrap().double_value(&[]);
+        assert!(
+            (loss - 16f64.ln()).abs() < 0.1,
+            "initial loss {loss} vs ln 16"
+        );
+    }
+
+    #[test]
+    fn init_is_seeded_named_and_tied() {
+        let a = Gpt::new(&tiny(), 5).unwrap();
+        let b = Gpt::new(&tiny(), 5).unwrap();
+        let c = Gpt::new(&tiny(), 6).unwrap();
+        assert_eq!(a.params().len(), 2 + 12 * 2 + 2);
+        for (p, q) in a.params().iter().zip(b.params()) {
+            assert_eq!(p.name, q.name);
+            assert!(p.tensor.equal(&q.tensor), "{}", p.name);
+        }
+        assert!(!a.params()[0].tensor.equal(&c.params()[0].tensor));
+        // No separate lm_head: vocab·d counted once.
+        let d = 32;
+        let per_block =
+            2 * d + 3 * d * d + 3 * d + d * d + d + 2 * d + 4 * d * d + 4 * d + 4 * d * d + d;
+        assert_eq!(a.num_params(), 16 * d + 16 * d + 2 * per_block + 2 * d);
+        let proj = &a.params()[6];
+        assert_eq!(proj.name, "h.0.attn.c_proj.weight");
+        let s = proj.tensor.std(true).double_value(&[]);
+        assert!((s - 0.01).abs() < 0.002, "residual std {s}");
+    }
+}

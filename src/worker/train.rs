@@ -1,0 +1,310 @@
+//! The training loop: data → forward → backward → gradient all-reduce → AdamW, with telemetry.
+//!
+//! Reads top to bottom as one step. Every phase change is reported before the phase starts, so a
+//! rank that hangs is known to be in the last phase it reported.
+use super::data::{DataError, Loader, Source};
+use super::group::StepCollective;
+use super::model::{Gpt, Param};
+use super::optim::{clip_grad_norm, lr_at, zero_grad, AdamW};
+use super::telemetry::TelemetryTx;
+use crate::collective::CollectiveError;
+use crate::ids::Step;
+use crate::protocol::message::{Phase, StepMetrics};
+use crate::recipe::{Device, Dtype, FaultKind, Kind, Recipe};
+use std::time::{Duration, Instant};
+use tch::{TchError, Tensor};
+
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    #[error("{0}")]
+    Recipe(String),
+    #[error(transparent)]
+    Data(#[from] DataError),
+    #[error("libtorch: {0}")]
+    Torch(#[from] TchError),
+    #[error("gradient all-reduce at step {step}: {source}")]
+    Collective { step: u64, source: CollectiveError },
+}
+
+/// What a finished run leaves behind.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrainOutcome {
+    pub steps: u64,
+    pub final_loss: f64,
+    /// The next global sequence index (what a checkpoint records).
+    pub data_position: u64,
+}
+
+/// Everything the worker refuses before training, with what would be valid. Faults that are not
+/// implemented are refused on every rank, so no rank waits at the rendezvous for one that left.
+pub fn check(recipe: &Recipe, world_size: u32) -> Result<(), TrainError> {
+    let refuse = |msg: String| Err(TrainError::Recipe(msg));
+    if recipe.kind != Kind::Pretrain {
+        return refuse(format!(
+            "kind = {:?}: the worker trains only \"pretrain\" recipes",
+            recipe.kind
+        ));
+    }
+    if recipe.cluster.device != Device::Cpu {
+        return refuse(
+            "cluster.device = \"cuda\" is not implemented yet in the worker (valid: \"cpu\")"
+                .into(),
+        );
+    }
+    if recipe.world_size() != world_size {
+        return refuse(format!(
+            "parallel.data = {} but WORLD_SIZE = {world_size}: the launcher and the recipe disagree",
+            recipe.world_size()
+        ));
+    }
+    let m = &recipe.model;
+    if m.n_head == 0 || !m.d_model.is_multiple_of(m.n_head) {
+        return refuse(format!(
+            "model.d_model = {} must be a multiple of model.n_head = {}",
+            m.d_model, m.n_head
+        ));
+    }
+    match recipe.fault.kind {
+        FaultKind::HangInCollective => refuse(not_yet("hang-in-collective")),
+        FaultKind::Mismatch => refuse(not_yet("mismatch")),
+        FaultKind::None | FaultKind::Crash | FaultKind::Slow | FaultKind::HangBeforeCollective => {
+            Ok(())
+        }
+    }
+}
+
+fn not_yet(kind: &str) -> String {
+    format!(
+        "fault.kind = \"{kind}\" is not implemented yet \
+         (valid: none, crash, slow, hang-before-collective)"
+    )
+}
+
+/// Trains `recipe` as `group.rank()` of `group.world_size()`. `on_step` sees every step's
+/// metrics (the loss is this rank's local mean).
+pub fn train(
+    recipe: &Recipe,
+    group: &mut dyn StepCollective,
+    tele: &TelemetryTx,
+    on_step: &mut dyn FnMut(&StepMetrics),
+) -> Result<TrainOutcome, TrainError> {
+    check(recipe, group.world_size())?;
+    let (rank, world) = (group.rank().0, group.world_size());
+    let context = recipe.model.context as usize;
+    let source = Source::open(&recipe.data.source, recipe.data.seed, context + 1)?;
+    if source.vocab() > recipe.model.vocab {
+        return Err(TrainError::Recipe(format!(
+            "model.vocab = {} is smaller than the data's vocabulary ({})",
+            recipe.model.vocab,
+            source.vocab()
+        )));
+    }
+    if recipe.train.dtype == Dtype::Bf16 {
+        eprintln!(
+            "rank {rank}: train.dtype = \"bf16\" runs as fp32 on CPU (bf16 autocast is for CUDA)"
+        );
+    }
+    let mut loader = Loader::new(source, context, recipe.train.batch_per_rank, rank, world);
+    let mut model = Gpt::new(&recipe.model, recipe.train.seed)?;
+    let mut opt = AdamW::from_recipe(model.params(), &recipe.train)?;
+    let mut comm = Buckets::new(&recipe.parallel, model.num_params());
+    let steps = recipe.train.steps;
+    let fault = &recipe.fault;
+    let faulty =
+        |kind: FaultKind, s: u64| fault.kind == kind && fault.rank == rank && s >= fault.step;
+    let mut final_loss = f64::NAN;
+
+    for s in 1..=steps {
+        let step = Step(s);
+        let t0 = Instant::now();
+        tele.phase(step, Phase::Data);
+        if faulty(FaultKind::Crash, s) {
+            crash(rank, s, tele);
+        }
+        if faulty(FaultKind::HangBeforeCollective, s) {
+            hang(rank, s);
+        }
+        let batch = loader.next_batch();
+        let shape = [batch.rows as i64, batch.cols as i64];
+        let x = Tensor::f_from_slice(&batch.inputs)?.f_view(shape)?;
+        let y = Tensor::f_from_slice(&batch.targets)?.f_view(shape)?;
+        let t_data = Instant::now();
+
+        tele.phase(step, Phase::Fwd);
+        let loss = model.loss(&x, &y)?;
+        let t_fwd = Instant::now();
+
+        tele.phase(step, Phase::Bwd);
+        zero_grad(model.params_mut())?;
+        loss.f_backward()?;
+        // Reads the loss back to the host: a synchronisation point on a GPU.
+        let loss_value = loss.f_double_value(&[])?;
+        if faulty(FaultKind::Slow, s) {
+            // A slow device: its backward takes slow_pct % longer than this step's compute.
+            let compute = t_fwd.duration_since(t_data) + t_fwd.elapsed();
+            std::thread::sleep(compute.mul_f64(fault.slow_pct / 100.0));
+        }
+        let t_bwd = Instant::now();
+
+        // A lone rank has nothing to average: no phase, no copies, comm_ms exactly 0.
+        let t_comm = if world > 1 {
+            tele.phase(step, Phase::Comm);
+            group.set_step(step);
+            comm.all_reduce_mean(model.params(), group)
+                .map_err(|e| match e {
+                    CommError::Torch(t) => TrainError::Torch(t),
+                    CommError::Collective(c) => TrainError::Collective { step: s, source: c },
+                })?;
+            Instant::now()
+        } else {
+            t_bwd
+        };
+
+        tele.phase(step, Phase::Opt);
+        let lr = lr_at(&recipe.train, s);
+        let grad_norm = clip_grad_norm(model.params_mut(), recipe.train.grad_clip)?;
+        opt.step(model.params_mut(), lr)?;
+        let t_opt = Instant::now();
+
+        let ms = |a: Instant, b: Instant| b.duration_since(a).as_secs_f64() * 1e3;
+        let metrics = StepMetrics {
+            step,
+            loss: loss_value,
+            lr,
+            grad_norm,
+            tokens: batch.inputs.len() as u64,
+            step_time_ms: ms(t0, t_opt),
+            data_ms: ms(t0, t_data),
+            fwd_ms: ms(t_data, t_fwd),
+            bwd_ms: ms(t_fwd, t_bwd),
+            comm_ms: ms(t_bwd, t_comm),
+            opt_ms: ms(t_comm, t_opt),
+            mem_rss_bytes: rss_bytes(),
+        };
+        // A NaN or infinite loss is reported as is (the server flags it) and training goes on.
+        tele.step(&metrics, s == steps);
+        on_step(&metrics);
+        if s % 10 == 0 || s == steps {
+            println!(
+                "rank {rank} step {s}/{steps} loss {loss_value:.4} step {:.1} ms",
+                metrics.step_time_ms
+            );
+        }
+        final_loss = loss_value;
+    }
+    tele.phase(Step(steps), Phase::Done);
+    Ok(TrainOutcome {
+        steps,
+        final_loss,
+        data_position: loader.position(),
+    })
+}
+
+enum CommError {
+    Torch(TchError),
+    Collective(CollectiveError),
+}
+
+/// Gradient averaging. All gradients are copied into one flat host buffer in parameter order
+/// (identical on every rank), all-reduced `bucket_bytes` at a time (one collective, one flight
+/// record per bucket), divided by the world size and copied back. The buffer lives for the run.
+struct Buckets {
+    flat: Vec<f32>,
+    bucket_elems: usize,
+}
+
+impl Buckets {
+    fn new(parallel: &crate::recipe::Parallel, num_params: usize) -> Buckets {
+        let bucket_elems = (parallel.bucket_bytes as usize / std::mem::size_of::<f32>()).max(1);
+        // World 1 never communicates: no buffer.
+        let len = if parallel.data > 1 { num_params } else { 0 };
+        Buckets {
+            flat: vec![0.0; len],
+            bucket_elems,
+        }
+    }
+
+    fn all_reduce_mean(
+        &mut self,
+        params: &[Param],
+        group: &mut dyn StepCollective,
+    ) -> Result<(), CommError> {
+        let torch = CommError::Torch;
+        let mut off = 0;
+        let mut grads = Vec::with_capacity(params.len());
+        for p in params {
+            let n = p.tensor.numel();
+            let g = p.tensor.f_grad().map_err(torch)?;
+            if g.defined() {
+                g.f_contiguous()
+                    .and_then(|c| c.f_copy_data(&mut self.flat[off..off + n], n))
+                    .map_err(torch)?;
+            } else {
+                self.flat[off..off + n].fill(0.0);
+            }
+            grads.push((g, off, n));
+            off += n;
+        }
+        for bucket in self.flat.chunks_mut(self.bucket_elems) {
+            group
+                .all_reduce_sum(bucket)
+                .map_err(CommError::Collective)?;
+        }
+        let world = group.world_size() as f32;
+        self.flat.iter_mut().for_each(|x| *x /= world);
+        let _no_grad = tch::no_grad_guard();
+        let all = Tensor::f_from_slice(&self.flat).map_err(torch)?;
+        for (mut g, off, n) in grads {
+            if g.defined() {
+                let src = all
+                    .f_narrow(0, off as i64, n as i64)
+                    .and_then(|t| t.f_view_as(&g))
+                    .map_err(torch)?;
+                g.f_copy_(&src).map_err(torch)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `fault.kind = "crash"`: dies by SIGKILL, as an OOM-killed or segfaulted rank would, after
+/// giving the telemetry a moment so the agent knows the step it died in.
+fn crash(rank: u32, step: u64, tele: &TelemetryTx) -> ! {
+    eprintln!("rank {rank}: fault injection: SIGKILL at step {step}");
+    tele.flush(Duration::from_secs(1));
+    // SAFETY: kill(2) on our own pid has no memory-safety preconditions.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGKILL);
+    }
+    loop {
+        std::thread::park();
+    }
+}
+
+/// `fault.kind = "hang-before-collective"`: stays in phase `data` forever, never entering the
+/// step's all-reduce, so its peers wait in it.
+fn hang(rank: u32, step: u64) -> ! {
+    eprintln!("rank {rank}: fault injection: hanging before the collective of step {step}");
+    loop {
+        std::thread::park();
+    }
+}
+
+/// Resident set size from /proc/self/statm (0 where unavailable).
+fn rss_bytes() -> u64 {
+    let pages = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| {
+            s.split_whitespace()
+                .nth(1)
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    pages * u64::try_from(page).unwrap_or(4096)
+}
+
+#[cfg(test)]
+#[path = "train_tests.rs"]
+mod tests;
