@@ -77,11 +77,23 @@ fn load_recipe(path: &Path) -> anyhow::Result<Recipe> {
     })
 }
 
-/// Placeholder kept until the CLI calls `main_from_env` (the skeleton's `cli` still uses it).
-pub fn selftest() -> f64 {
-    let t = tch::Tensor::from_slice(&[1.0f32, 2.0]);
-    t.sum(tch::Kind::Float).double_value(&[])
+/// For `doctor`: libtorch loads and computes a 2×2 matmul; says which threads it will use.
+pub fn libtorch_probe() -> anyhow::Result<String> {
+    let a = tch::Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0]).reshape([2, 2]);
+    let got = a.matmul(&a).sum(tch::Kind::Float).double_value(&[]);
+    if got != 54.0 {
+        anyhow::bail!("a 2x2 matmul gave {got}, expected 54");
+    }
+    Ok(format!(
+        "PyTorch {} libraries load; {} intra-op threads; CUDA loaded: {}",
+        TORCH_VERSION,
+        tch::get_num_threads(),
+        tch::Cuda::is_available()
+    ))
 }
+
+/// The PyTorch release the build links (tch =0.24.0 checks it at build time).
+pub const TORCH_VERSION: &str = "2.11.0";
 
 /// Recipes for the worker's tests: a GPT small enough to train in milliseconds per step.
 #[cfg(test)]
