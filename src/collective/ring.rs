@@ -1,1 +1,346 @@
-//! placeholder
+//! The TCP ring backend: ranks found through the rendezvous store, all-reduce as a ring.
+//!
+//! Each rank listens on its own port, publishes the address in the store, dials the next rank
+//! and accepts the previous one; the data path is in `exchange`. A failed collective closes
+//! both sockets, so the failure travels around the ring and every rank returns an error
+//! instead of waiting on a neighbour that gave up.
+mod exchange;
+
+use super::rendezvous::StoreClient;
+use super::{Collective, CollectiveError};
+use crate::ids::Rank;
+use crate::protocol::message::CollectiveOp;
+use exchange::{Failure, Header};
+use std::io::{self, Read, Write};
+use std::net::{TcpListener, TcpStream, ToSocketAddrs};
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+/// Opens every ring connection, so a stray client on the port is not taken for a rank.
+const HELLO_MAGIC: [u8; 8] = *b"FDRING01";
+
+/// The store key under which `rank` publishes its ring address.
+pub fn addr_key(rank: u32) -> String {
+    format!("ring/rank{rank}/addr")
+}
+
+pub struct Ring {
+    rank: Rank,
+    world_size: u32,
+    /// Collectives started so far; the header of the next one carries `seq + 1`.
+    seq: u64,
+    links: Links,
+    /// Reused by every collective, so the data path allocates once per ring, not per call.
+    staging: Vec<f32>,
+}
+
+enum Links {
+    /// World size 1: every collective is the identity.
+    Alone,
+    Connected {
+        next: Peer,
+        prev: Peer,
+    },
+    /// A collective failed and the sockets are closed; the text is that first error.
+    Broken(String),
+}
+
+struct Peer {
+    rank: u32,
+    addr: String,
+    stream: TcpStream,
+}
+
+impl Ring {
+    /// Joins the ring of `world_size` ranks through `store`, listening on `advertise_host`
+    /// (an address the other ranks can reach). Gives up after `timeout`.
+    pub fn connect(
+        store: &mut StoreClient,
+        rank: Rank,
+        world_size: u32,
+        advertise_host: &str,
+        timeout: Duration,
+    ) -> Result<Ring, CollectiveError> {
+        if rank.0 >= world_size {
+            return Err(rendezvous_error(
+                store,
+                format!(
+                    "rank {rank} is outside a world of {world_size} (valid ranks: 0..{world_size})"
+                ),
+            ));
+        }
+        let links = match world_size {
+            1 => Links::Alone,
+            _ => link_up(
+                store,
+                rank.0,
+                world_size,
+                advertise_host,
+                Instant::now() + timeout,
+            )?,
+        };
+        Ok(Ring {
+            rank,
+            world_size,
+            seq: 0,
+            links,
+            staging: Vec::new(),
+        })
+    }
+
+    fn run(&mut self, op: CollectiveOp, buf: &mut [f32]) -> Result<(), CollectiveError> {
+        self.seq += 1;
+        let seq = self.seq;
+        let (next, prev) = match &mut self.links {
+            Links::Alone => return Ok(()),
+            Links::Broken(first) => {
+                return Err(CollectiveError::Protocol {
+                    seq,
+                    op: op.name(),
+                    reason: format!("the ring broke in an earlier collective ({first})"),
+                })
+            }
+            Links::Connected { next, prev } => (next, prev),
+        };
+        let header = Header {
+            seq,
+            op,
+            elements: buf.len() as u64,
+        };
+        let rank = self.rank.0 as usize;
+        let n = self.world_size as usize;
+        let result = exchange::all_reduce(
+            &mut next.stream,
+            &mut prev.stream,
+            rank,
+            n,
+            header,
+            buf,
+            &mut self.staging,
+        );
+        let Err(failure) = result else {
+            return Ok(());
+        };
+        let peer_error = |peer: &Peer, source| CollectiveError::Peer {
+            peer: peer.rank,
+            addr: peer.addr.clone(),
+            source,
+        };
+        let protocol_error = |reason| CollectiveError::Protocol {
+            seq,
+            op: op.name(),
+            reason,
+        };
+        let err = match failure {
+            Failure::Send(e) => peer_error(next, e),
+            Failure::Recv(e) => peer_error(prev, e),
+            Failure::Mismatch(reason) => protocol_error(reason),
+            Failure::Poll(e) => protocol_error(format!("waiting on the ring sockets failed: {e}")),
+        };
+        // Dropping the streams closes them, which is what tells both neighbours to stop.
+        self.links = Links::Broken(err.to_string());
+        Err(err)
+    }
+}
+
+impl Collective for Ring {
+    fn rank(&self) -> Rank {
+        self.rank
+    }
+
+    fn world_size(&self) -> u32 {
+        self.world_size
+    }
+
+    fn all_reduce_sum(&mut self, buf: &mut [f32]) -> Result<(), CollectiveError> {
+        self.run(CollectiveOp::AllReduce, buf)
+    }
+
+    fn barrier(&mut self) -> Result<(), CollectiveError> {
+        // A rank cannot finish an all-reduce before every rank has contributed to it.
+        self.run(CollectiveOp::Barrier, &mut [0.0])
+    }
+}
+
+fn rendezvous_error(store: &StoreClient, reason: String) -> CollectiveError {
+    CollectiveError::Rendezvous {
+        addr: store.addr().to_string(),
+        reason,
+    }
+}
+
+/// Publishes this rank's listener, then dials the next rank and accepts the previous one.
+/// Every rank dials before it accepts; the dial completes in the peer's listen backlog, so no
+/// rank waits on another's accept and the ring cannot deadlock while forming.
+fn link_up(
+    store: &mut StoreClient,
+    rank: u32,
+    world_size: u32,
+    advertise_host: &str,
+    deadline: Instant,
+) -> Result<Links, CollectiveError> {
+    let listener = TcpListener::bind((advertise_host, 0)).map_err(|e| {
+        rendezvous_error(
+            store,
+            format!("cannot listen on advertise host {advertise_host:?}: {e}"),
+        )
+    })?;
+    let own_addr = listener.local_addr().map_err(|e| {
+        rendezvous_error(
+            store,
+            format!("cannot read the ring listener's address: {e}"),
+        )
+    })?;
+    if own_addr.ip().is_unspecified() {
+        return Err(rendezvous_error(
+            store,
+            format!(
+                "advertise host {advertise_host:?} is not an address other ranks can dial; \
+                 give this node's IP or host name"
+            ),
+        ));
+    }
+    store.set(&addr_key(rank), own_addr.to_string().as_bytes())?;
+    let next_rank = (rank + 1) % world_size;
+    let prev_rank = (rank + world_size - 1) % world_size;
+    let next_addr = store.get(&addr_key(next_rank), left(deadline))?;
+    let next_addr = String::from_utf8(next_addr).map_err(|e| {
+        rendezvous_error(
+            store,
+            format!("rank {next_rank}'s published address is not utf-8: {e}"),
+        )
+    })?;
+    let next = dial(rank, world_size, next_rank, next_addr, deadline)?;
+    let prev = accept(&listener, world_size, prev_rank, deadline)
+        .map_err(|reason| rendezvous_error(store, reason))?;
+    Ok(Links::Connected { next, prev })
+}
+
+fn left(deadline: Instant) -> Duration {
+    deadline.saturating_duration_since(Instant::now())
+}
+
+/// The first bytes on a ring connection: who is dialling, and in which world.
+fn hello(rank: u32, world_size: u32) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    out[..8].copy_from_slice(&HELLO_MAGIC);
+    out[8..12].copy_from_slice(&rank.to_le_bytes());
+    out[12..].copy_from_slice(&world_size.to_le_bytes());
+    out
+}
+
+/// Connects to the next rank, which is listening already: it published after binding.
+fn dial(
+    rank: u32,
+    world_size: u32,
+    next_rank: u32,
+    next_addr: String,
+    deadline: Instant,
+) -> Result<Peer, CollectiveError> {
+    let connected = (|| -> io::Result<TcpStream> {
+        let target = next_addr.to_socket_addrs()?.next().ok_or_else(|| {
+            io::Error::new(io::ErrorKind::NotFound, "the address resolved to nothing")
+        })?;
+        let stream =
+            TcpStream::connect_timeout(&target, left(deadline).max(Duration::from_millis(1)))?;
+        stream.set_write_timeout(Some(left(deadline).max(Duration::from_millis(1))))?;
+        (&stream).write_all(&hello(rank, world_size))?;
+        ready_for_collectives(&stream)?;
+        Ok(stream)
+    })();
+    match connected {
+        Ok(stream) => Ok(Peer {
+            rank: next_rank,
+            addr: next_addr,
+            stream,
+        }),
+        Err(source) => Err(CollectiveError::Peer {
+            peer: next_rank,
+            addr: next_addr,
+            source,
+        }),
+    }
+}
+
+/// Accepts the previous rank's connection; connections that are not ring hellos are dropped.
+fn accept(
+    listener: &TcpListener,
+    world_size: u32,
+    prev_rank: u32,
+    deadline: Instant,
+) -> Result<Peer, String> {
+    let io_err = |e: io::Error| format!("accepting rank {prev_rank}'s connection failed: {e}");
+    // Non-blocking, so that a connection that vanished between poll and accept cannot block us
+    // past the deadline.
+    listener.set_nonblocking(true).map_err(io_err)?;
+    loop {
+        let wait_ms = i32::try_from(left(deadline).as_millis()).unwrap_or(i32::MAX);
+        if wait_ms == 0 {
+            return Err(format!(
+                "rank {prev_rank} did not connect before the timeout"
+            ));
+        }
+        let mut fds = [libc::pollfd {
+            fd: listener.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        if exchange::poll(&mut fds, wait_ms).map_err(io_err)? == 0 {
+            continue;
+        }
+        let (stream, from) = match listener.accept() {
+            Ok(conn) => conn,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(io_err(e)),
+        };
+        match read_hello(&stream, deadline) {
+            Ok((rank, world)) if rank == prev_rank && world == world_size => {
+                ready_for_collectives(&stream).map_err(io_err)?;
+                return Ok(Peer {
+                    rank: prev_rank,
+                    addr: from.to_string(),
+                    stream,
+                });
+            }
+            Ok((rank, world)) if world != world_size => {
+                return Err(format!(
+                    "rank {rank} at {from} believes the world has {world} ranks, this rank \
+                     {world_size}; every rank must be launched with the same world size"
+                ))
+            }
+            Ok((rank, _)) => tracing::warn!(
+                "ring: dropping a connection from rank {rank} at {from}; expected rank {prev_rank}"
+            ),
+            Err(e) => tracing::warn!("ring: dropping a connection from {from}: {e}"),
+        }
+    }
+}
+
+fn read_hello(stream: &TcpStream, deadline: Instant) -> io::Result<(u32, u32)> {
+    // Accepted sockets may inherit the listener's non-blocking flag on some platforms.
+    stream.set_nonblocking(false)?;
+    stream.set_read_timeout(Some(left(deadline).max(Duration::from_millis(1))))?;
+    let mut bytes = [0u8; 16];
+    let mut reader = stream;
+    reader.read_exact(&mut bytes)?;
+    if bytes[..8] != HELLO_MAGIC {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "not a ring hello",
+        ));
+    }
+    let word = |i: usize| u32::from_le_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]);
+    Ok((word(8), word(12)))
+}
+
+/// Collectives are latency-bound at small sizes (Nagle would hold back a barrier's last bytes)
+/// and driven by `poll`, so the sockets become no-delay and non-blocking.
+fn ready_for_collectives(stream: &TcpStream) -> io::Result<()> {
+    stream.set_read_timeout(None)?;
+    stream.set_write_timeout(None)?;
+    stream.set_nodelay(true)?;
+    stream.set_nonblocking(true)
+}
+
+#[cfg(test)]
+mod tests;

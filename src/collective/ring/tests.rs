@@ -1,0 +1,245 @@
+//! Ring tests: whole worlds of ranks as threads in this process, over loopback.
+use super::*;
+use crate::collective::recorder::FlightRecorder;
+use crate::collective::rendezvous::StoreServer;
+use std::sync::{mpsc, Arc};
+
+const LENGTHS: [usize; 6] = [0, 1, 3, 7, 1000, (1 << 20) + 5];
+/// Not a timing assertion: a deadlock fails the test instead of hanging the whole suite.
+const HANG_GUARD: Duration = Duration::from_secs(120);
+
+/// Runs `body` on every rank of a fresh world (its own store) and returns results by rank.
+fn run_world<T, F>(world_size: u32, body: F) -> Vec<T>
+where
+    T: Send + 'static,
+    F: Fn(Ring) -> T + Send + Sync + 'static,
+{
+    let server = StoreServer::bind("127.0.0.1:0").unwrap();
+    let addr = server.local_addr().to_string();
+    server.spawn();
+    let body = Arc::new(body);
+    let (tx, rx) = mpsc::channel();
+    let handles: Vec<_> = (0..world_size)
+        .map(|r| {
+            let (addr, body, tx) = (addr.clone(), Arc::clone(&body), tx.clone());
+            std::thread::spawn(move || {
+                let mut store = StoreClient::connect(&addr, Duration::from_secs(10)).unwrap();
+                let ring = Ring::connect(
+                    &mut store,
+                    Rank(r),
+                    world_size,
+                    "127.0.0.1",
+                    Duration::from_secs(30),
+                )
+                .unwrap();
+                assert_eq!((ring.rank(), ring.world_size()), (Rank(r), world_size));
+                tx.send((r, body(ring))).unwrap();
+            })
+        })
+        .collect();
+    drop(tx);
+    let mut results: Vec<_> = (0..world_size)
+        .map(|_| {
+            rx.recv_timeout(HANG_GUARD)
+                .expect("a rank hung or panicked")
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    results.sort_by_key(|(r, _)| *r);
+    results.into_iter().map(|(_, t)| t).collect()
+}
+
+/// Distinct small integers per rank and index, so f32 sums over 4 ranks stay exact.
+fn small_int(rank: u32, i: usize) -> f32 {
+    (rank as usize * 1000 + (i * 7 + rank as usize * 13) % 101) as f32
+}
+
+#[test]
+fn all_reduce_sums_exactly_for_every_world_and_length() {
+    for world_size in 1..=4u32 {
+        let results = run_world(world_size, |mut ring| {
+            let rank = ring.rank().0;
+            LENGTHS
+                .iter()
+                .map(|&len| {
+                    let mut buf: Vec<f32> = (0..len).map(|i| small_int(rank, i)).collect();
+                    ring.all_reduce_sum(&mut buf).unwrap();
+                    ring.barrier().unwrap();
+                    buf
+                })
+                .collect::<Vec<_>>()
+        });
+        for (rank, bufs) in results.iter().enumerate() {
+            for (buf, &len) in bufs.iter().zip(&LENGTHS) {
+                assert_eq!(buf.len(), len);
+                let wrong = (0..len).find(|&i| {
+                    let want: f32 = (0..world_size).map(|r| small_int(r, i)).sum();
+                    buf[i] != want
+                });
+                assert_eq!(wrong, None, "world {world_size}, rank {rank}, length {len}");
+            }
+        }
+    }
+}
+
+/// xorshift64*: deterministic per-rank floats without a rand dependency.
+fn random_floats(seed: u64, len: usize) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            s ^= s >> 12;
+            s ^= s << 25;
+            s ^= s >> 27;
+            let bits = s.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 40; // 24 random bits
+            bits as f32 / (1u64 << 23) as f32 - 1.0 // in [-1, 1)
+        })
+        .collect()
+}
+
+#[test]
+fn random_floats_end_bit_identical_on_every_rank() {
+    for (world_size, len) in [(3u32, 1000usize), (4, (1 << 20) + 5)] {
+        let results = run_world(world_size, move |mut ring| {
+            let mut buf = random_floats(u64::from(ring.rank().0) + 1, len);
+            ring.all_reduce_sum(&mut buf).unwrap();
+            buf
+        });
+        for (rank, buf) in results.iter().enumerate().skip(1) {
+            let same = buf
+                .iter()
+                .zip(&results[0])
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "world {world_size}: rank {rank} differs from rank 0");
+        }
+        let inputs: Vec<_> = (1..=u64::from(world_size))
+            .map(|s| random_floats(s, len))
+            .collect();
+        for (i, got) in results[0].iter().enumerate() {
+            let exact: f64 = inputs.iter().map(|v| f64::from(v[i])).sum();
+            // Three f32 roundings of partial sums below 4 in magnitude.
+            assert!(
+                (f64::from(*got) - exact).abs() < 1e-5,
+                "element {i}: {got} vs {exact}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_dropped_rank_makes_the_others_fail_instead_of_hang() {
+    let results = run_world(3, |mut ring| {
+        let mut buf = vec![1.0f32; 1 << 20];
+        ring.all_reduce_sum(&mut buf).unwrap();
+        if ring.rank() == Rank(2) {
+            drop(ring);
+            return None;
+        }
+        let first = ring.all_reduce_sum(&mut buf).unwrap_err();
+        let later = ring.barrier().unwrap_err();
+        Some((ring.rank().0, first, later))
+    });
+    for (rank, first, later) in results.into_iter().flatten() {
+        match &first {
+            CollectiveError::Peer { peer, addr, .. } => {
+                assert_ne!(*peer, rank, "rank {rank} blamed itself: {first}");
+                assert!(addr.starts_with("127.0.0.1:"), "rank {rank}: {first}");
+            }
+            other => panic!("rank {rank}: expected a peer error, got {other}"),
+        }
+        assert!(
+            matches!(&later, CollectiveError::Protocol { seq: 3, op: "barrier", reason } if reason.contains("broke")),
+            "rank {rank}: {later}"
+        );
+    }
+}
+
+#[test]
+fn mismatched_sizes_are_refused_not_summed() {
+    let results = run_world(2, |mut ring| {
+        let mut buf = vec![1.0f32; 10 + ring.rank().0 as usize];
+        ring.all_reduce_sum(&mut buf).unwrap_err()
+    });
+    let mismatch = results.iter().find_map(|e| match e {
+        CollectiveError::Protocol {
+            seq: 1,
+            op: "all_reduce",
+            reason,
+        } => Some(reason.clone()),
+        _ => None,
+    });
+    let reason = mismatch.unwrap_or_else(|| panic!("no rank saw the mismatch: {results:?}"));
+    assert!(
+        reason.contains("of 10 elements") && reason.contains("of 11 elements"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn recorded_ring_collectives_share_sequence_numbers_across_ranks() {
+    let results = run_world(2, |ring| {
+        let mut recorder = FlightRecorder::new(ring, 8, Box::new(|_| {}));
+        let mut buf = vec![1.0f32; 5];
+        recorder.all_reduce_sum(&mut buf).unwrap();
+        recorder.barrier().unwrap();
+        recorder.all_reduce_sum(&mut buf).unwrap();
+        let seen: Vec<_> = recorder
+            .records()
+            .map(|r| (r.seq, r.op, r.elements))
+            .collect();
+        (buf, seen)
+    });
+    assert_eq!(results[0], results[1]);
+    assert_eq!(results[0].0, vec![4.0; 5]);
+}
+
+#[test]
+fn bad_rendezvous_arguments_are_refused_with_the_values() {
+    let server = StoreServer::bind("127.0.0.1:0").unwrap();
+    let addr = server.local_addr().to_string();
+    server.spawn();
+    let mut store = StoreClient::connect(&addr, Duration::from_secs(5)).unwrap();
+    let connect = |store: &mut StoreClient, rank, world, host| {
+        Ring::connect(store, Rank(rank), world, host, Duration::from_secs(1))
+            .err()
+            .unwrap()
+    };
+    let err = connect(&mut store, 4, 4, "127.0.0.1").to_string();
+    assert!(err.contains("rank 4 is outside a world of 4"), "{err}");
+    let err = connect(&mut store, 0, 2, "0.0.0.0").to_string();
+    assert!(err.contains("\"0.0.0.0\" is not an address"), "{err}");
+    // Nobody else joins: the wait for rank 1's address ends at the timeout, naming the key.
+    let err = connect(&mut store, 0, 2, "127.0.0.1").to_string();
+    assert!(err.contains(&addr_key(1)), "{err}");
+}
+
+/// Prints rough all-reduce times (the 16 MiB one is the reference number); run with
+/// `cargo test --release --lib ring_speed -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn ring_speed() {
+    const ITERS: u32 = 10;
+    for world_size in [2u32, 4] {
+        for size_mib in [1usize, 16, 64] {
+            let elements = (size_mib << 20) / 4;
+            let times_ms = run_world(world_size, move |mut ring| {
+                let mut buf = vec![1.0f32; elements];
+                ring.all_reduce_sum(&mut buf).unwrap(); // warm up: page faults, TCP windows
+                ring.barrier().unwrap();
+                let start = Instant::now();
+                for _ in 0..ITERS {
+                    ring.all_reduce_sum(&mut buf).unwrap();
+                }
+                start.elapsed().as_secs_f64() * 1e3 / f64::from(ITERS)
+            });
+            let ms = times_ms.iter().cloned().fold(0.0, f64::max);
+            let algbw_gbps = (size_mib << 20) as f64 / (ms * 1e-3) / 1e9;
+            let busbw_gbps = algbw_gbps * 2.0 * f64::from(world_size - 1) / f64::from(world_size);
+            println!(
+                "ring all-reduce {size_mib} MiB, {world_size} ranks: {ms:.2} ms, \
+                 algbw {algbw_gbps:.2} GB/s, busbw {busbw_gbps:.2} GB/s"
+            );
+        }
+    }
+}
