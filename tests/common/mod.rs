@@ -110,6 +110,13 @@ impl Db {
     /// Waits for the server to exit and asserts that nothing of this database runs.
     pub fn finish(&self) {
         self.wait_server_exit();
+        // The lock is released as the server's descriptors close, a moment before the process
+        // is gone: wait for each candidate's exit event (a pidfd turns readable), bounded.
+        for entry in self.leftover_processes() {
+            if let Some(pid) = entry.split(':').next().and_then(|p| p.parse::<i32>().ok()) {
+                wait_pid_exit(pid, 10_000);
+            }
+        }
         let left = self.leftover_processes();
         assert!(left.is_empty(), "processes left behind: {left:#?}");
     }
@@ -153,4 +160,23 @@ pub fn csv_rows(text: &str) -> Vec<(u64, u32, f64)> {
 pub fn progress_step(line: &str) -> Option<u64> {
     let rest = line.split(" step ").nth(1)?;
     rest.split('/').next()?.parse().ok()
+}
+
+/// Waits until process `pid` has exited (or `timeout_ms` passed): poll(2) on its pidfd.
+pub fn wait_pid_exit(pid: i32, timeout_ms: i32) {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
+    if fd < 0 {
+        return; // already gone
+    }
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd; the descriptor is closed right after.
+    unsafe {
+        libc::poll(&mut p, 1, timeout_ms);
+        libc::close(fd);
+    }
 }
