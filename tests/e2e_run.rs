@@ -327,3 +327,104 @@ fn server_kill_9_mid_run_keeps_acknowledged_steps_and_the_run_finishes() {
     assert_eq!(rows.len(), 160, "replay from the last ack leaves no gap");
     db.finish();
 }
+
+#[test]
+fn stop_terminates_every_rank_and_the_run_ends_stopped() {
+    let db = Db::new();
+    let recipe = recipe(TINY);
+    let mut child = db.spawn(&[
+        "run",
+        recipe.to_str().unwrap(),
+        "--headless",
+        "--ranks-per-node",
+        "2",
+        "--set",
+        "train.steps=400",
+    ]);
+    let mut lines = stdout_lines(&mut child);
+    read_until(&mut lines, |l| progress_step(l).is_some_and(|s| s >= 2));
+    let id = only_run_id(&db);
+    let out = db.run(&["stop", &id]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let end = read_until(&mut lines, |l| l.starts_with(&format!("run {id} ")));
+    assert!(end.contains("stopped"), "{end}");
+    assert!(
+        !child.wait().unwrap().success(),
+        "a stopped run did not finish its steps"
+    );
+    let show = db.json(&["show", &id, "--json"]);
+    assert_eq!(show["run"]["status"], "stopped");
+    assert!(
+        show["ranks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| !r["exit"].is_null()),
+        "every rank exited: {show}"
+    );
+    // Stopping a run that is over is refused as bad input, not an error of the tool.
+    assert_eq!(db.run(&["stop", &id]).status.code(), Some(2));
+    db.finish();
+}
+
+#[test]
+fn garbage_on_the_telemetry_socket_is_counted_and_the_run_goes_on() {
+    use flightdeck::protocol::frame::encode;
+    use flightdeck::protocol::{Hello, Role};
+    use std::io::Write;
+    let db = Db::new();
+    let recipe = recipe(TINY);
+    let mut child = db.spawn(&[
+        "run",
+        recipe.to_str().unwrap(),
+        "--headless",
+        "--ranks-per-node",
+        "2",
+        "--set",
+        "train.steps=40",
+    ]);
+    let mut lines = stdout_lines(&mut child);
+    read_until(&mut lines, |l| progress_step(l).is_some_and(|s| s >= 1));
+    let id = only_run_id(&db);
+    let sock = db.path().join("runs").join(&id).join("telemetry.sock");
+    let hello = encode(&Hello::new(Role::Rank, "test"));
+    // Connection 1: an undecodable frame, then a frame cut short by the end of the stream.
+    let mut s = std::os::unix::net::UnixStream::connect(&sock).expect("telemetry socket");
+    s.write_all(&hello).unwrap();
+    s.write_all(&[3, 0, 0, 0, 0xff, 0xff, 0xff]).unwrap();
+    s.write_all(&[100, 0, 0, 0, 1, 2, 3]).unwrap();
+    drop(s);
+    // Connection 2: a frame header claiming more than the limit.
+    let mut s = std::os::unix::net::UnixStream::connect(&sock).expect("telemetry socket");
+    s.write_all(&hello).unwrap();
+    s.write_all(&u32::MAX.to_le_bytes()).unwrap();
+    drop(s);
+
+    let end = read_until(&mut lines, |l| l.starts_with(&format!("run {id} ")));
+    assert!(end.contains("succeeded"), "{end}");
+    assert!(child.wait().unwrap().success());
+    let show = db.json(&["show", &id, "--json"]);
+    let bad: Vec<&str> = show["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "bad_frame")
+        .map(|e| e["text"].as_str().unwrap())
+        .collect();
+    assert!(bad.iter().any(|t| t.contains("undecodable")), "{bad:?}");
+    assert!(
+        bad.iter().any(|t| t.contains("ended inside a frame")),
+        "{bad:?}"
+    );
+    assert!(bad.iter().any(|t| t.contains("exceeds")), "{bad:?}");
+    assert_eq!(
+        losses(&db, &id).len(),
+        80,
+        "the real ranks' data is all there"
+    );
+    db.finish();
+}

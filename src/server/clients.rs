@@ -30,6 +30,7 @@ pub async fn serve(stream: UnixStream, shared: &Shared) -> anyhow::Result<()> {
     while let Some(req) = read_frame_async::<Request, _>(&mut rd).await? {
         match req {
             Request::Follow { run } => follow(&mut wr, shared, &run).await?,
+            Request::Watch { run } => watch(&mut wr, shared, &run).await?,
             other => {
                 let reply = answer(shared, other)
                     .await
@@ -88,7 +89,9 @@ async fn answer(shared: &Shared, req: Request) -> anyhow::Result<Reply> {
         }
         Request::Stop { run } => command(shared, &run, AgentCommand::Stop).await?,
         Request::Kill { run } => command(shared, &run, AgentCommand::Kill).await?,
-        Request::Follow { .. } => anyhow::bail!("Follow is streamed, not answered"),
+        Request::Follow { .. } | Request::Watch { .. } => {
+            anyhow::bail!("streamed requests are not answered once")
+        }
     })
 }
 
@@ -147,6 +150,11 @@ async fn follow(wr: &mut OwnedWriteHalf, shared: &Shared, query: &str) -> anyhow
         }
     }
     // Not live (or its link just finished): the stored record has the final word.
+    send_final(wr, shared, id).await
+}
+
+/// Ends a streamed request with the run's stored final status.
+async fn send_final(wr: &mut OwnedWriteHalf, shared: &Shared, id: RunId) -> anyhow::Result<()> {
     let store = shared.store.clone();
     let id2 = id.clone();
     let record = tokio::task::spawn_blocking(move || store.get_run(&id2)).await??;
@@ -173,4 +181,50 @@ async fn follow(wr: &mut OwnedWriteHalf, shared: &Shared, query: &str) -> anyhow
         }
     }
     Ok(())
+}
+
+/// Streams a live run's durable frame batches until it ends.
+async fn watch(wr: &mut OwnedWriteHalf, shared: &Shared, query: &str) -> anyhow::Result<()> {
+    use tokio::sync::broadcast::error::RecvError;
+    let id = match resolve(shared, query).await {
+        Ok(id) => id,
+        Err(e) => {
+            return Ok(write_frame_async(
+                wr,
+                &Reply::Error {
+                    message: format!("{e:#}"),
+                },
+            )
+            .await?)
+        }
+    };
+    let rx = lock(&shared.registry)
+        .get(&id)
+        .map(|l| l.frames.subscribe());
+    if let Some(mut rx) = rx {
+        loop {
+            match rx.recv().await {
+                Ok(frames) => {
+                    let reply = Reply::Frames {
+                        run: id.clone(),
+                        node: 0,
+                        frames: frames.as_ref().clone(),
+                    };
+                    write_frame_async(wr, &reply).await?;
+                }
+                Err(RecvError::Lagged(skipped)) => {
+                    write_frame_async(
+                        wr,
+                        &Reply::Lagged {
+                            run: id.clone(),
+                            skipped,
+                        },
+                    )
+                    .await?;
+                }
+                Err(RecvError::Closed) => break,
+            }
+        }
+    }
+    send_final(wr, shared, id).await
 }

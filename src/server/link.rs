@@ -17,6 +17,9 @@ use tokio::sync::{mpsc, watch};
 /// Frames per batch at most; with the flush interval this bounds ack latency and batch size.
 const BATCH_FRAMES: usize = 2048;
 const FLUSH_EVERY: Duration = Duration::from_millis(100);
+/// Batches a watcher may fall behind (about 25 s at the flush interval) before it is told it
+/// lagged and must reload from the store.
+const WATCH_BACKLOG: usize = 256;
 
 /// Connects to a run's agent and starts its link task; Err if the agent cannot be reached.
 pub async fn attach(
@@ -90,6 +93,7 @@ struct Link {
     tracker: Tracker,
     ingest: Ingest,
     view: watch::Sender<RunView>,
+    frames_out: tokio::sync::broadcast::Sender<std::sync::Arc<Vec<AgentFrame>>>,
     wr: tokio::net::unix::OwnedWriteHalf,
 }
 
@@ -144,8 +148,10 @@ impl Link {
         let mut batch = Batch::default();
         self.tracker.apply(0, pending, &mut batch);
         let last = pending.last().map(|f| f.seq).unwrap_or(0);
-        pending.clear();
+        let frames = std::sync::Arc::new(std::mem::take(pending));
         self.ingest.write(batch).await.map_err(anyhow::Error::msg)?;
+        // No watcher is not an error.
+        let _ = self.frames_out.send(frames);
         let ended = !self.tracker.record.status.is_live();
         self.publish(ended);
         // An agent that has just exited cannot take the ack; it no longer needs it.

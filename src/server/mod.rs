@@ -31,6 +31,8 @@ pub struct RunView {
 pub struct Live {
     pub commands: mpsc::Sender<AgentCommand>,
     pub view: watch::Receiver<RunView>,
+    /// Each durable batch of frames, for watchers (the cockpit).
+    pub frames: tokio::sync::broadcast::Sender<Arc<Vec<crate::protocol::AgentFrame>>>,
 }
 
 /// Live runs by id. Each run's link task inserts and removes its own entry.
