@@ -1,8 +1,6 @@
 //! A client of the database's server: connects, starting the server on demand (like tmux).
 use crate::paths::DbPaths;
-use crate::protocol::{
-    read_frame_async, write_frame_async, Hello, Reply, Request, Role, PROTOCOL_VERSION,
-};
+use crate::protocol::{read_frame_async, write_frame_async, Hello, Reply, Request, Role, PROTOCOL_VERSION};
 use anyhow::Context;
 use std::io::BufRead;
 use std::os::unix::process::CommandExt;
@@ -29,9 +27,9 @@ impl Client {
         };
         let (mut rd, mut wr) = stream.into_split();
         write_frame_async(&mut wr, &Hello::new(Role::Client, "local")).await?;
-        let hello: Hello = read_frame_async(&mut rd).await?.ok_or_else(|| {
-            anyhow::anyhow!("the server closed the connection during the handshake")
-        })?;
+        let hello: Hello = read_frame_async(&mut rd)
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("the server closed the connection during the handshake"))?;
         if hello.protocol_version != PROTOCOL_VERSION {
             anyhow::bail!(
                 "the server of {} speaks protocol {}, this client {PROTOCOL_VERSION}: stop it and retry",
@@ -45,9 +43,7 @@ impl Client {
     /// Sends a request and waits for its one reply.
     pub async fn request(&mut self, req: &Request) -> anyhow::Result<Reply> {
         self.send(req).await?;
-        self.next()
-            .await?
-            .ok_or_else(|| anyhow::anyhow!("the server closed the connection"))
+        self.next().await?.ok_or_else(|| anyhow::anyhow!("the server closed the connection"))
     }
 
     pub async fn send(&mut self, req: &Request) -> anyhow::Result<()> {
@@ -65,17 +61,9 @@ impl Client {
 fn start_server(db: &DbPaths) -> anyhow::Result<()> {
     std::fs::create_dir_all(&db.root).with_context(|| format!("creating {}", db.root.display()))?;
     let exe = std::env::current_exe().context("locating the flightdeck executable")?;
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(db.root.join("server.stderr"))?;
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(db.root.join("server.stderr"))?;
     let mut cmd = Command::new(exe);
-    cmd.arg("--db")
-        .arg(&db.root)
-        .arg("server")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(log);
+    cmd.arg("--db").arg(&db.root).arg("server").stdin(Stdio::null()).stdout(Stdio::piped()).stderr(log);
     // SAFETY: setsid is async-signal-safe and touches no parent memory.
     unsafe {
         cmd.pre_exec(|| {

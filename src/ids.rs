@@ -9,15 +9,11 @@ pub struct RunId(pub String);
 impl RunId {
     /// A fresh id from the wall clock and a few random bits (the pid and nanoseconds).
     pub fn new_now() -> RunId {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         let secs = now.as_secs() as i64;
         let (y, mo, d, h, mi, s) = civil_from_unix(secs);
         let salt = (now.subsec_nanos() ^ (std::process::id() << 16)) & 0xffff;
-        RunId(format!(
-            "{y:04}{mo:02}{d:02}T{h:02}{mi:02}{s:02}-{salt:04x}"
-        ))
+        RunId(format!("{y:04}{mo:02}{d:02}T{h:02}{mi:02}{s:02}-{salt:04x}"))
     }
     pub fn as_str(&self) -> &str {
         &self.0
@@ -46,18 +42,12 @@ pub struct Step(pub u64);
 
 /// Milliseconds since the Unix epoch, the one clock every message carries.
 pub fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 /// Microseconds since the Unix epoch, for collective timings.
 pub fn unix_us() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_micros() as u64)
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0)
 }
 
 /// Converts Unix seconds to a UTC civil date and time (Howard Hinnant's algorithm).
@@ -73,14 +63,7 @@ pub fn civil_from_unix(secs: i64) -> (i64, u32, u32, u32, u32, u32) {
     let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
     let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
     let y = yoe + era * 400 + i64::from(m <= 2);
-    (
-        y,
-        m,
-        d,
-        (rem / 3600) as u32,
-        ((rem % 3600) / 60) as u32,
-        (rem % 60) as u32,
-    )
+    (y, m, d, (rem / 3600) as u32, ((rem % 3600) / 60) as u32, (rem % 60) as u32)
 }
 
 #[cfg(test)]

@@ -13,9 +13,7 @@ pub fn db_dir(cli: Option<&Path>) -> PathBuf {
     if let Some(p) = std::env::var_os("XDG_DATA_HOME") {
         return PathBuf::from(p).join("flightdeck");
     }
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("."));
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
     home.join(".local/share/flightdeck")
 }
 

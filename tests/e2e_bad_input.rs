@@ -9,44 +9,23 @@ fn every_invalid_recipe_exits_2_with_its_message_and_records_nothing() {
     let dir = repo().join("tests/fixtures/recipes/bad");
     let expected = std::fs::read_to_string(dir.join("EXPECTED.txt")).expect("EXPECTED.txt");
     let mut checked = 0;
-    for line in expected
-        .lines()
-        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
-    {
+    for line in expected.lines().filter(|l| !l.trim().is_empty() && !l.starts_with('#')) {
         let (file, needle) = line.split_once('\t').expect("file<TAB>substring");
         let path = dir.join(file);
         let out = db.run(&["run", path.to_str().unwrap(), "--headless"]);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{file}: {stderr}");
-        assert!(
-            stderr.contains(needle),
-            "{file}: expected {needle:?} in {stderr}"
-        );
-        assert!(
-            stderr.contains(file),
-            "{file}: the message names the file: {stderr}"
-        );
+        assert!(stderr.contains(needle), "{file}: expected {needle:?} in {stderr}");
+        assert!(stderr.contains(file), "{file}: the message names the file: {stderr}");
         checked += 1;
     }
     assert!(checked >= 10, "only {checked} cases");
     // `--set` on a key that does not exist, and an unparsable value.
     let good = recipe("tiny-gpt.toml");
-    let out = db.run(&[
-        "run",
-        good.to_str().unwrap(),
-        "--headless",
-        "--set",
-        "model.n_heads=4",
-    ]);
+    let out = db.run(&["run", good.to_str().unwrap(), "--headless", "--set", "model.n_heads=4"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("model.n_heads"));
-    let out = db.run(&[
-        "run",
-        good.to_str().unwrap(),
-        "--headless",
-        "--set",
-        "train.steps",
-    ]);
+    let out = db.run(&["run", good.to_str().unwrap(), "--headless", "--set", "train.steps"]);
     assert_eq!(out.status.code(), Some(2));
     // Nothing reached the store: no server was even needed, and the history is empty.
     let runs = db.json(&["runs", "--json"]);
@@ -73,10 +52,6 @@ fn doctor_reports_libtorch_and_says_nvml_is_absent_without_failing() {
     let out = db.run(&["doctor"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
-    assert!(
-        text.lines()
-            .any(|l| l.starts_with("libtorch") && l.contains(" ok ")),
-        "{text}"
-    );
+    assert!(text.lines().any(|l| l.starts_with("libtorch") && l.contains(" ok ")), "{text}");
     assert!(text.lines().any(|l| l.starts_with("nvml")), "{text}");
 }

@@ -14,15 +14,8 @@ fn run_headless(db: &Db, extra: &[&str]) -> std::process::Output {
 
 fn losses(db: &Db, run: &str) -> BTreeMap<(u64, u32), f64> {
     let out = db.run(&["metrics", run, "--key", "loss", "--format", "csv"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    csv_rows(&String::from_utf8_lossy(&out.stdout))
-        .into_iter()
-        .map(|(s, r, v)| ((s, r), v))
-        .collect()
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    csv_rows(&String::from_utf8_lossy(&out.stdout)).into_iter().map(|(s, r, v)| ((s, r), v)).collect()
 }
 
 fn only_run_id(db: &Db) -> String {
@@ -37,11 +30,7 @@ fn two_ranks_train_and_every_step_lands_in_history() {
     let db = Db::new();
     let out = run_headless(&db, &["--ranks-per-node", "2", "--set", "train.steps=60"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "stdout: {stdout}\nstderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "stdout: {stdout}\nstderr: {}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("succeeded"), "{stdout}");
 
     let runs = db.json(&["runs", "--json"]);
@@ -56,10 +45,7 @@ fn two_ranks_train_and_every_step_lands_in_history() {
     assert_eq!(rows.len(), 120, "a row per rank per step");
     for step in 1..=60 {
         for rank in 0..2 {
-            assert!(
-                rows.contains_key(&(step, rank)),
-                "missing step {step} rank {rank}"
-            );
+            assert!(rows.contains_key(&(step, rank)), "missing step {step} rank {rank}");
         }
     }
     // The run is addressable by unique prefix and by name, too.
@@ -68,42 +54,14 @@ fn two_ranks_train_and_every_step_lands_in_history() {
     let by_prefix = db.json(&["show", &id[..12], "--json"]);
     assert_eq!(by_prefix["run"]["id"], id);
     assert_eq!(by_prefix["ranks"].as_array().unwrap().len(), 2);
-    for m in [
-        "loss",
-        "lr",
-        "grad_norm",
-        "tokens",
-        "step_time_ms",
-        "comm_ms",
-        "mem_rss_bytes",
-    ] {
-        assert!(
-            by_prefix["metrics"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|x| x == m),
-            "metric {m} missing"
-        );
+    for m in ["loss", "lr", "grad_norm", "tokens", "step_time_ms", "comm_ms", "mem_rss_bytes"] {
+        assert!(by_prefix["metrics"].as_array().unwrap().iter().any(|x| x == m), "metric {m} missing");
     }
-    let jsonl = db.run(&[
-        "metrics",
-        id,
-        "--key",
-        "grad_norm",
-        "--rank",
-        "1",
-        "--format",
-        "jsonl",
-    ]);
-    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&jsonl.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let jsonl = db.run(&["metrics", id, "--key", "grad_norm", "--rank", "1", "--format", "jsonl"]);
+    let lines: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&jsonl.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(lines.len(), 60);
-    assert!(lines
-        .iter()
-        .all(|l| l["rank"] == 1 && l["key"] == "grad_norm"));
+    assert!(lines.iter().all(|l| l["rank"] == 1 && l["key"] == "grad_norm"));
     db.finish();
 }
 
@@ -112,29 +70,15 @@ fn same_seed_twice_gives_identical_losses() {
     let db = Db::new();
     for _ in 0..2 {
         let out = run_headless(&db, &["--ranks-per-node", "2", "--set", "train.steps=20"]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     }
     let runs = db.json(&["runs", "--json"]);
-    let ids: Vec<&str> = runs["runs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["id"].as_str().unwrap())
-        .collect();
+    let ids: Vec<&str> = runs["runs"].as_array().unwrap().iter().map(|r| r["id"].as_str().unwrap()).collect();
     assert_eq!(ids.len(), 2);
     let (a, b) = (losses(&db, ids[0]), losses(&db, ids[1]));
     assert_eq!(a.len(), 40);
     for (k, va) in &a {
-        assert_eq!(
-            va.to_bits(),
-            b[k].to_bits(),
-            "step/rank {k:?}: {va} vs {}",
-            b[k]
-        );
+        assert_eq!(va.to_bits(), b[k].to_bits(), "step/rank {k:?}: {va} vs {}", b[k]);
     }
     db.finish();
 }
@@ -144,50 +88,21 @@ fn world_one_and_two_with_the_same_global_batch_train_the_same() {
     let db = Db::new();
     let one = run_headless(
         &db,
-        &[
-            "--name",
-            "w1",
-            "--ranks-per-node",
-            "1",
-            "--set",
-            "train.steps=24",
-            "--set",
-            "train.batch_per_rank=16",
-        ],
+        &["--name", "w1", "--ranks-per-node", "1", "--set", "train.steps=24", "--set", "train.batch_per_rank=16"],
     );
-    assert!(
-        one.status.success(),
-        "{}",
-        String::from_utf8_lossy(&one.stderr)
-    );
+    assert!(one.status.success(), "{}", String::from_utf8_lossy(&one.stderr));
     let two = run_headless(
         &db,
-        &[
-            "--name",
-            "w2",
-            "--ranks-per-node",
-            "2",
-            "--set",
-            "train.steps=24",
-            "--set",
-            "train.batch_per_rank=8",
-        ],
+        &["--name", "w2", "--ranks-per-node", "2", "--set", "train.steps=24", "--set", "train.batch_per_rank=8"],
     );
-    assert!(
-        two.status.success(),
-        "{}",
-        String::from_utf8_lossy(&two.stderr)
-    );
+    assert!(two.status.success(), "{}", String::from_utf8_lossy(&two.stderr));
     let w1 = losses(&db, "w1");
     let w2 = losses(&db, "w2");
     for step in 1..=24u64 {
         let single = w1[&(step, 0)];
         let mean = (w2[&(step, 0)] + w2[&(step, 1)]) / 2.0;
         let rel = ((single - mean) / single).abs();
-        assert!(
-            rel < 1e-4,
-            "step {step}: world 1 loss {single} vs world 2 mean {mean} (rel {rel:e})"
-        );
+        assert!(rel < 1e-4, "step {step}: world 1 loss {single} vs world 2 mean {mean} (rel {rel:e})");
     }
     db.finish();
 }
@@ -196,15 +111,8 @@ fn world_one_and_two_with_the_same_global_batch_train_the_same() {
 fn runs_json_works_while_a_run_is_in_progress() {
     let db = Db::new();
     let recipe = recipe(TINY);
-    let mut child = db.spawn(&[
-        "run",
-        recipe.to_str().unwrap(),
-        "--headless",
-        "--ranks-per-node",
-        "2",
-        "--set",
-        "train.steps=200",
-    ]);
+    let mut child =
+        db.spawn(&["run", recipe.to_str().unwrap(), "--headless", "--ranks-per-node", "2", "--set", "train.steps=200"]);
     let mut lines = stdout_lines(&mut child);
     read_until(&mut lines, |l| progress_step(l).is_some_and(|s| s >= 2));
     let runs = db.json(&["runs", "--json"]);
@@ -212,17 +120,10 @@ fn runs_json_works_while_a_run_is_in_progress() {
     // Stop it so the test does not wait for 200 steps.
     let id = runs["runs"][0]["id"].as_str().unwrap().to_string();
     let out = db.run(&["kill", &id]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let end = read_until(&mut lines, |l| l.contains(" killed: "));
     assert!(end.contains(&id), "{end}");
-    assert!(
-        !child.wait().unwrap().success(),
-        "a killed run exits non-zero"
-    );
+    assert!(!child.wait().unwrap().success(), "a killed run exits non-zero");
     assert_eq!(db.json(&["show", &id, "--json"])["run"]["status"], "killed");
     db.finish();
 }
@@ -231,26 +132,13 @@ fn runs_json_works_while_a_run_is_in_progress() {
 fn sigkill_of_one_rank_fails_the_run_and_names_the_rank() {
     let db = Db::new();
     let recipe = recipe(TINY);
-    let mut child = db.spawn(&[
-        "run",
-        recipe.to_str().unwrap(),
-        "--headless",
-        "--ranks-per-node",
-        "2",
-        "--set",
-        "train.steps=400",
-    ]);
+    let mut child =
+        db.spawn(&["run", recipe.to_str().unwrap(), "--headless", "--ranks-per-node", "2", "--set", "train.steps=400"]);
     let mut lines = stdout_lines(&mut child);
     read_until(&mut lines, |l| progress_step(l).is_some_and(|s| s >= 3));
     let id = only_run_id(&db);
     let show = db.json(&["show", &id, "--json"]);
-    let rank1 = show["ranks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["rank"] == 1)
-        .expect("rank 1")
-        .clone();
+    let rank1 = show["ranks"].as_array().unwrap().iter().find(|r| r["rank"] == 1).expect("rank 1").clone();
     let pid = rank1["pid"].as_i64().expect("rank 1 pid") as i32;
     // SAFETY: signalling a process this test's run started.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
@@ -261,21 +149,9 @@ fn sigkill_of_one_rank_fails_the_run_and_names_the_rank() {
     let show = db.json(&["show", &id, "--json"]);
     assert_eq!(show["run"]["status"], "failed");
     let reason = show["run"]["reason"].as_str().unwrap();
-    assert!(
-        reason.contains("rank 1") && reason.contains("local") && reason.contains(&pid.to_string()),
-        "{reason}"
-    );
-    assert!(
-        reason.contains("signal 9") && reason.contains("SIGKILL"),
-        "{reason}"
-    );
-    let rank1 = show["ranks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["rank"] == 1)
-        .unwrap()
-        .clone();
+    assert!(reason.contains("rank 1") && reason.contains("local") && reason.contains(&pid.to_string()), "{reason}");
+    assert!(reason.contains("signal 9") && reason.contains("SIGKILL"), "{reason}");
+    let rank1 = show["ranks"].as_array().unwrap().iter().find(|r| r["rank"] == 1).unwrap().clone();
     assert_eq!(rank1["exit"]["signal"], 9);
     db.finish();
 }
@@ -284,15 +160,8 @@ fn sigkill_of_one_rank_fails_the_run_and_names_the_rank() {
 fn server_kill_9_mid_run_keeps_acknowledged_steps_and_the_run_finishes() {
     let db = Db::new();
     let recipe = recipe(TINY);
-    let mut child = db.spawn(&[
-        "run",
-        recipe.to_str().unwrap(),
-        "--headless",
-        "--ranks-per-node",
-        "2",
-        "--set",
-        "train.steps=80",
-    ]);
+    let mut child =
+        db.spawn(&["run", recipe.to_str().unwrap(), "--headless", "--ranks-per-node", "2", "--set", "train.steps=80"]);
     let mut lines = stdout_lines(&mut child);
     let line = read_until(&mut lines, |l| progress_step(l).is_some_and(|s| s >= 5));
     let seen = progress_step(&line).unwrap();
@@ -310,14 +179,8 @@ fn server_kill_9_mid_run_keeps_acknowledged_steps_and_the_run_finishes() {
     let runs = db.json(&["runs", "--json"]);
     let run = &runs["runs"][0];
     let id = run["id"].as_str().unwrap().to_string();
-    assert!(
-        run["steps"].as_u64().unwrap() >= seen,
-        "acknowledged steps survive: {run}"
-    );
-    assert!(
-        ["running", "succeeded"].contains(&run["status"].as_str().unwrap()),
-        "{run}"
-    );
+    assert!(run["steps"].as_u64().unwrap() >= seen, "acknowledged steps survive: {run}");
+    assert!(["running", "succeeded"].contains(&run["status"].as_str().unwrap()), "{run}");
 
     // The new server reattached to the live agent; once the run ends it exits by itself.
     db.wait_server_exit();
@@ -332,40 +195,19 @@ fn server_kill_9_mid_run_keeps_acknowledged_steps_and_the_run_finishes() {
 fn stop_terminates_every_rank_and_the_run_ends_stopped() {
     let db = Db::new();
     let recipe = recipe(TINY);
-    let mut child = db.spawn(&[
-        "run",
-        recipe.to_str().unwrap(),
-        "--headless",
-        "--ranks-per-node",
-        "2",
-        "--set",
-        "train.steps=400",
-    ]);
+    let mut child =
+        db.spawn(&["run", recipe.to_str().unwrap(), "--headless", "--ranks-per-node", "2", "--set", "train.steps=400"]);
     let mut lines = stdout_lines(&mut child);
     read_until(&mut lines, |l| progress_step(l).is_some_and(|s| s >= 2));
     let id = only_run_id(&db);
     let out = db.run(&["stop", &id]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let end = read_until(&mut lines, |l| l.starts_with(&format!("run {id} ")));
     assert!(end.contains("stopped"), "{end}");
-    assert!(
-        !child.wait().unwrap().success(),
-        "a stopped run did not finish its steps"
-    );
+    assert!(!child.wait().unwrap().success(), "a stopped run did not finish its steps");
     let show = db.json(&["show", &id, "--json"]);
     assert_eq!(show["run"]["status"], "stopped");
-    assert!(
-        show["ranks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|r| !r["exit"].is_null()),
-        "every rank exited: {show}"
-    );
+    assert!(show["ranks"].as_array().unwrap().iter().all(|r| !r["exit"].is_null()), "every rank exited: {show}");
     // Stopping a run that is over is refused as bad input, not an error of the tool.
     assert_eq!(db.run(&["stop", &id]).status.code(), Some(2));
     db.finish();
@@ -378,15 +220,8 @@ fn garbage_on_the_telemetry_socket_is_counted_and_the_run_goes_on() {
     use std::io::Write;
     let db = Db::new();
     let recipe = recipe(TINY);
-    let mut child = db.spawn(&[
-        "run",
-        recipe.to_str().unwrap(),
-        "--headless",
-        "--ranks-per-node",
-        "2",
-        "--set",
-        "train.steps=40",
-    ]);
+    let mut child =
+        db.spawn(&["run", recipe.to_str().unwrap(), "--headless", "--ranks-per-node", "2", "--set", "train.steps=40"]);
     let mut lines = stdout_lines(&mut child);
     read_until(&mut lines, |l| progress_step(l).is_some_and(|s| s >= 1));
     let id = only_run_id(&db);
@@ -416,15 +251,8 @@ fn garbage_on_the_telemetry_socket_is_counted_and_the_run_goes_on() {
         .map(|e| e["text"].as_str().unwrap())
         .collect();
     assert!(bad.iter().any(|t| t.contains("undecodable")), "{bad:?}");
-    assert!(
-        bad.iter().any(|t| t.contains("ended inside a frame")),
-        "{bad:?}"
-    );
+    assert!(bad.iter().any(|t| t.contains("ended inside a frame")), "{bad:?}");
     assert!(bad.iter().any(|t| t.contains("exceeds")), "{bad:?}");
-    assert_eq!(
-        losses(&db, &id).len(),
-        80,
-        "the real ranks' data is all there"
-    );
+    assert_eq!(losses(&db, &id).len(), 80, "the real ranks' data is all there");
     db.finish();
 }

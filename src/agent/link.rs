@@ -1,9 +1,7 @@
 //! The agent's upstream link: one server connection at a time, handshake, replay, acks, commands.
 use super::{lock, outbox, Input};
 use crate::ids::RunId;
-use crate::protocol::{
-    read_frame_async, write_frame_async, AgentCommand, Hello, Role, PROTOCOL_VERSION,
-};
+use crate::protocol::{read_frame_async, write_frame_async, AgentCommand, Hello, Role, PROTOCOL_VERSION};
 use std::sync::{Arc, Mutex};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, watch, Notify};
@@ -30,12 +28,7 @@ pub async fn serve(
         if let Some(old) = current.take() {
             old.abort();
         }
-        let conn = Conn {
-            outbox: outbox.clone(),
-            newest: newest.clone(),
-            acked: acked.clone(),
-            tx: tx.clone(),
-        };
+        let conn = Conn { outbox: outbox.clone(), newest: newest.clone(), acked: acked.clone(), tx: tx.clone() };
         let run = run.clone();
         current = Some(tokio::spawn(async move {
             if let Err(e) = conn.run(stream, run).await {
@@ -55,9 +48,7 @@ struct Conn {
 impl Conn {
     async fn run(mut self, stream: UnixStream, run: RunId) -> anyhow::Result<()> {
         let (mut rd, mut wr) = stream.into_split();
-        let hello: Hello = read_frame_async(&mut rd)
-            .await?
-            .ok_or_else(|| anyhow::anyhow!("closed before hello"))?;
+        let hello: Hello = read_frame_async(&mut rd).await?.ok_or_else(|| anyhow::anyhow!("closed before hello"))?;
         write_frame_async(&mut wr, &Hello::new(Role::Agent, "local")).await?;
         if hello.protocol_version != PROTOCOL_VERSION {
             anyhow::bail!(
@@ -66,10 +57,7 @@ impl Conn {
             );
         }
         let mut sent = match read_frame_async::<AgentCommand, _>(&mut rd).await? {
-            Some(AgentCommand::Attach {
-                run: asked,
-                after_seq,
-            }) if asked == run => after_seq,
+            Some(AgentCommand::Attach { run: asked, after_seq }) if asked == run => after_seq,
             Some(AgentCommand::Attach { run: asked, .. }) => {
                 anyhow::bail!("asked for run {asked}, this agent runs {run}")
             }

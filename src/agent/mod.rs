@@ -70,23 +70,18 @@ const LINGER: Duration = Duration::from_secs(600);
 /// `flightdeck agent --run-dir DIR`: runs the node's part of a run to its end.
 pub fn main(run_dir: PathBuf) -> anyhow::Result<()> {
     let paths = RunDirPaths::new(run_dir);
-    let text = std::fs::read_to_string(paths.spec())
-        .with_context(|| format!("reading {}", paths.spec().display()))?;
-    let spec: AgentSpec = serde_json::from_str(&text)
-        .with_context(|| format!("parsing {}", paths.spec().display()))?;
+    let text = std::fs::read_to_string(paths.spec()).with_context(|| format!("reading {}", paths.spec().display()))?;
+    let spec: AgentSpec = serde_json::from_str(&text).with_context(|| format!("parsing {}", paths.spec().display()))?;
     // current_thread: ranks are forked from this one thread, so PR_SET_PDEATHSIG (which fires
     // when the forking *thread* exits) only fires when the agent itself dies.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(run(spec, paths))
 }
 
 async fn run(mut spec: AgentSpec, paths: RunDirPaths) -> anyhow::Result<()> {
     if spec.host_store {
-        let store =
-            crate::collective::rendezvous::StoreServer::bind(&format!("{}:0", spec.master_addr))
-                .context("binding the rendezvous store")?;
+        let store = crate::collective::rendezvous::StoreServer::bind(&format!("{}:0", spec.master_addr))
+            .context("binding the rendezvous store")?;
         spec.master_port = store.local_addr().port();
         store.spawn();
     }
@@ -113,22 +108,9 @@ async fn run(mut spec: AgentSpec, paths: RunDirPaths) -> anyhow::Result<()> {
         let pid = ranks::spawn(&spec, &paths, rank, local_rank, tx.clone()).await?;
         alive.insert(rank, pid);
         lock(&pids).push((rank, pid));
-        push(
-            &outbox,
-            &notify,
-            AgentEvent::RankStarted {
-                rank,
-                local_rank,
-                pid,
-                host: spec.node.clone(),
-            },
-        );
+        push(&outbox, &notify, AgentEvent::RankStarted { rank, local_rank, pid, host: spec.node.clone() });
     }
-    sampler::spawn(
-        pids.clone(),
-        tx.clone(),
-        spec.recipe.telemetry.sample_interval_ms,
-    );
+    sampler::spawn(pids.clone(), tx.clone(), spec.recipe.telemetry.sample_interval_ms);
     // The launcher waits for this line: the sockets are bound and every rank is started.
     println!("ready");
 
@@ -149,11 +131,7 @@ async fn run(mut spec: AgentSpec, paths: RunDirPaths) -> anyhow::Result<()> {
         };
         match input {
             Some(Input::Event(e)) => {
-                if let AgentEvent::Rank {
-                    rank,
-                    msg: crate::protocol::RankMsg::Register { .. },
-                } = &e
-                {
+                if let AgentEvent::Rank { rank, msg: crate::protocol::RankMsg::Register { .. } } = &e {
                     telemetry_open.insert(*rank);
                 }
                 push(&outbox, &notify, e)
@@ -165,20 +143,12 @@ async fn run(mut spec: AgentSpec, paths: RunDirPaths) -> anyhow::Result<()> {
                 alive.remove(&rank);
                 lock(&pids).retain(|(r, _)| *r != rank);
                 if !status.success() && ending.is_none() {
-                    let reason = format!(
-                        "rank {rank} ({}, pid {pid}) ended with {}",
-                        spec.node,
-                        status.describe()
-                    );
+                    let reason = format!("rank {rank} ({}, pid {pid}) ended with {}", spec.node, status.describe());
                     ending = Some((RunOutcome::Failed, reason));
                     terminate(&alive, libc::SIGTERM);
                     schedule_escalation(tx.clone(), spec.stop_grace_ms);
                 }
-                push(
-                    &outbox,
-                    &notify,
-                    AgentEvent::RankExited { rank, pid, status },
-                );
+                push(&outbox, &notify, AgentEvent::RankExited { rank, pid, status });
             }
             Some(Input::Stop) if ending.is_none() => {
                 ending = Some((RunOutcome::Stopped, "stopped on request".into()));
@@ -195,10 +165,8 @@ async fn run(mut spec: AgentSpec, paths: RunDirPaths) -> anyhow::Result<()> {
             Some(Input::Stop) | None => {}
         }
         if alive.is_empty() && telemetry_open.is_empty() && !ended {
-            let (outcome, reason) = ending.take().unwrap_or((
-                RunOutcome::Succeeded,
-                format!("all {} ranks finished", spec.ranks.len()),
-            ));
+            let (outcome, reason) =
+                ending.take().unwrap_or((RunOutcome::Succeeded, format!("all {} ranks finished", spec.ranks.len())));
             push(&outbox, &notify, AgentEvent::RunEnded { outcome, reason });
             ended = true;
             linger_deadline = Some(tokio::time::Instant::now() + LINGER);

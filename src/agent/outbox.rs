@@ -21,21 +21,13 @@ impl Outbox {
     /// Stamps the next sequence number on an event and keeps it until acknowledged.
     pub fn push(&mut self, event: AgentEvent) -> u64 {
         self.last_seq += 1;
-        self.frames.push_back(AgentFrame {
-            seq: self.last_seq,
-            t_ms: unix_ms(),
-            event,
-        });
+        self.frames.push_back(AgentFrame { seq: self.last_seq, t_ms: unix_ms(), event });
         self.last_seq
     }
 
     /// Frames after `seq`, in order (what a (re)attached server has not seen).
     pub fn after(&self, seq: u64) -> Vec<AgentFrame> {
-        self.frames
-            .iter()
-            .filter(|f| f.seq > seq)
-            .cloned()
-            .collect()
+        self.frames.iter().filter(|f| f.seq > seq).cloned().collect()
     }
 
     /// Forgets everything up to and including `seq`: it is durable in the server's store.
@@ -71,10 +63,6 @@ mod tests {
         assert_eq!(o.after(4).len(), 1);
         o.ack(5);
         assert!(o.is_empty());
-        assert_eq!(
-            o.push(AgentEvent::Heartbeat),
-            6,
-            "sequence numbers never restart"
-        );
+        assert_eq!(o.push(AgentEvent::Heartbeat), 6, "sequence numbers never restart");
     }
 }

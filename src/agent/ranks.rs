@@ -60,9 +60,7 @@ pub async fn spawn(
             Ok(())
         });
     }
-    let mut child = cmd
-        .spawn()
-        .with_context(|| format!("starting rank {rank} ({})", spec.exe.display()))?;
+    let mut child = cmd.spawn().with_context(|| format!("starting rank {rank} ({})", spec.exe.display()))?;
     let pid = child.id().unwrap_or(0);
     let log_path = paths.rank_log(rank.0);
     let log = tokio::fs::OpenOptions::new()
@@ -73,13 +71,7 @@ pub async fn spawn(
         .with_context(|| format!("opening {}", log_path.display()))?;
     let log = std::sync::Arc::new(tokio::sync::Mutex::new(log));
     if let Some(out) = child.stdout.take() {
-        tokio::spawn(forward_lines(
-            out,
-            rank,
-            Stream::Stdout,
-            log.clone(),
-            tx.clone(),
-        ));
+        tokio::spawn(forward_lines(out, rank, Stream::Stdout, log.clone(), tx.clone()));
     }
     if let Some(err) = child.stderr.take() {
         tokio::spawn(forward_lines(err, rank, Stream::Stderr, log, tx.clone()));
@@ -118,11 +110,7 @@ async fn forward_lines<R: tokio::io::AsyncRead + Unpin>(
                     let _ = f.write_all(line.as_bytes()).await;
                     let _ = f.write_all(b"\n").await;
                 }
-                if tx
-                    .send(Input::Event(AgentEvent::Log { rank, stream, line }))
-                    .await
-                    .is_err()
-                {
+                if tx.send(Input::Event(AgentEvent::Log { rank, stream, line })).await.is_err() {
                     return;
                 }
             }

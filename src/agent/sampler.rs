@@ -15,10 +15,7 @@ pub fn spawn(pids: Arc<Mutex<Vec<(Rank, u32)>>>, tx: mpsc::Sender<Input>, interv
             Ok(n) => Some(n),
             Err(e) => {
                 let text = format!("no NVML ({e}): CPU-only sampling");
-                if tx
-                    .blocking_send(Input::Event(AgentEvent::Notice { text }))
-                    .is_err()
-                {
+                if tx.blocking_send(Input::Event(AgentEvent::Notice { text })).is_err() {
                     return;
                 }
                 None
@@ -42,23 +39,13 @@ pub fn spawn(pids: Arc<Mutex<Vec<(Rank, u32)>>>, tx: mpsc::Sender<Input>, interv
                     }
                     None => continue,
                 };
-                if tx
-                    .blocking_send(Input::Event(AgentEvent::ProcSample {
-                        rank,
-                        cpu_pct,
-                        rss_bytes,
-                    }))
-                    .is_err()
-                {
+                if tx.blocking_send(Input::Event(AgentEvent::ProcSample { rank, cpu_pct, rss_bytes })).is_err() {
                     return;
                 }
             }
             if let Some(nvml) = &nvml {
                 for sample in gpu_samples(nvml) {
-                    if tx
-                        .blocking_send(Input::Event(AgentEvent::GpuSample(sample)))
-                        .is_err()
-                    {
+                    if tx.blocking_send(Input::Event(AgentEvent::GpuSample(sample))).is_err() {
                         return;
                     }
                 }
@@ -117,16 +104,10 @@ fn gpu_samples(nvml: &nvml_wrapper::Nvml) -> Vec<GpuSample> {
             Some(GpuSample {
                 index: i,
                 name: d.name().unwrap_or_default(),
-                util_pct: d
-                    .utilization_rates()
-                    .map(|u| f64::from(u.gpu))
-                    .unwrap_or(0.0),
+                util_pct: d.utilization_rates().map(|u| f64::from(u.gpu)).unwrap_or(0.0),
                 mem_used_bytes: mem.as_ref().map(|m| m.used).unwrap_or(0),
                 mem_total_bytes: mem.as_ref().map(|m| m.total).unwrap_or(0),
-                power_w: d
-                    .power_usage()
-                    .map(|mw| f64::from(mw) / 1000.0)
-                    .unwrap_or(0.0),
+                power_w: d.power_usage().map(|mw| f64::from(mw) / 1000.0).unwrap_or(0.0),
                 temp_c: d
                     .temperature(nvml_wrapper::enum_wrappers::device::TemperatureSensor::Gpu)
                     .map(f64::from)

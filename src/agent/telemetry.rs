@@ -45,16 +45,12 @@ async fn connection(mut stream: UnixStream, tx: mpsc::Sender<Input>) {
                         "refused a rank speaking protocol {} (this agent speaks {PROTOCOL_VERSION})",
                         h.protocol_version
                     );
-                    let _ = tx
-                        .send(Input::Event(AgentEvent::BadFrame { rank: None, reason }))
-                        .await;
+                    let _ = tx.send(Input::Event(AgentEvent::BadFrame { rank: None, reason })).await;
                     return;
                 }
                 Some(Err(e)) => {
                     let reason = format!("bad hello on the telemetry socket: {e}");
-                    let _ = tx
-                        .send(Input::Event(AgentEvent::BadFrame { rank: None, reason }))
-                        .await;
+                    let _ = tx.send(Input::Event(AgentEvent::BadFrame { rank: None, reason })).await;
                     return;
                 }
             }
@@ -66,52 +62,30 @@ async fn connection(mut stream: UnixStream, tx: mpsc::Sender<Input>) {
                 Ok(RankMsg::Register { rank: r, pid }) => {
                     rank = Some(r);
                     let msg = RankMsg::Register { rank: r, pid };
-                    let _ = tx
-                        .send(Input::Event(AgentEvent::Rank { rank: r, msg }))
-                        .await;
+                    let _ = tx.send(Input::Event(AgentEvent::Rank { rank: r, msg })).await;
                 }
                 Ok(msg) => match rank {
                     Some(r) => {
-                        let _ = tx
-                            .send(Input::Event(AgentEvent::Rank { rank: r, msg }))
-                            .await;
+                        let _ = tx.send(Input::Event(AgentEvent::Rank { rank: r, msg })).await;
                     }
                     None => {
                         let reason = "rank message before Register".to_string();
-                        let _ = tx
-                            .send(Input::Event(AgentEvent::BadFrame { rank: None, reason }))
-                            .await;
+                        let _ = tx.send(Input::Event(AgentEvent::BadFrame { rank: None, reason })).await;
                     }
                 },
                 Err(e) if msgs.bad.total() <= BAD_FRAME_REPORTS => {
-                    let _ = tx
-                        .send(Input::Event(AgentEvent::BadFrame {
-                            rank,
-                            reason: e.to_string(),
-                        }))
-                        .await;
+                    let _ = tx.send(Input::Event(AgentEvent::BadFrame { rank, reason: e.to_string() })).await;
                 }
                 Err(_) => {}
             }
         }
     }
     if let Some(e) = msgs.finish() {
-        let _ = tx
-            .send(Input::Event(AgentEvent::BadFrame {
-                rank,
-                reason: e.to_string(),
-            }))
-            .await;
+        let _ = tx.send(Input::Event(AgentEvent::BadFrame { rank, reason: e.to_string() })).await;
     }
     if msgs.bad.total() > BAD_FRAME_REPORTS {
-        let reason = format!(
-            "{} bad frames in all from this rank ({:?})",
-            msgs.bad.total(),
-            msgs.bad
-        );
-        let _ = tx
-            .send(Input::Event(AgentEvent::BadFrame { rank, reason }))
-            .await;
+        let reason = format!("{} bad frames in all from this rank ({:?})", msgs.bad.total(), msgs.bad);
+        let _ = tx.send(Input::Event(AgentEvent::BadFrame { rank, reason })).await;
     }
     if let Some(rank) = rank {
         let _ = tx.send(Input::TelemetryClosed { rank }).await;

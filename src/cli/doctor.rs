@@ -17,16 +17,7 @@ struct Check {
 }
 
 pub fn doctor(db: &DbPaths) -> i32 {
-    let checks = vec![
-        libtorch(),
-        nvml(),
-        nccl(),
-        database(db),
-        disk(db),
-        ports(),
-        stack_tools(),
-        ssh(),
-    ];
+    let checks = vec![libtorch(), nvml(), nccl(), database(db), disk(db), ports(), stack_tools(), ssh()];
     println!("{:<10} {:<5} DETAIL", "CHECK", "STATE");
     for c in &checks {
         let state = match c.level {
@@ -46,31 +37,15 @@ pub fn doctor(db: &DbPaths) -> i32 {
 #[cfg(feature = "torch")]
 fn libtorch() -> Check {
     match std::panic::catch_unwind(crate::worker::libtorch_probe) {
-        Ok(Ok(detail)) => Check {
-            name: "libtorch",
-            level: Level::Ok,
-            detail,
-        },
-        Ok(Err(e)) => Check {
-            name: "libtorch",
-            level: Level::Fail,
-            detail: e.to_string(),
-        },
-        Err(_) => Check {
-            name: "libtorch",
-            level: Level::Fail,
-            detail: "libtorch panicked on a 2x2 matmul".into(),
-        },
+        Ok(Ok(detail)) => Check { name: "libtorch", level: Level::Ok, detail },
+        Ok(Err(e)) => Check { name: "libtorch", level: Level::Fail, detail: e.to_string() },
+        Err(_) => Check { name: "libtorch", level: Level::Fail, detail: "libtorch panicked on a 2x2 matmul".into() },
     }
 }
 
 #[cfg(not(feature = "torch"))]
 fn libtorch() -> Check {
-    Check {
-        name: "libtorch",
-        level: Level::Fail,
-        detail: "built without the `torch` feature".into(),
-    }
+    Check { name: "libtorch", level: Level::Fail, detail: "built without the `torch` feature".into() }
 }
 
 fn nvml() -> Check {
@@ -78,17 +53,9 @@ fn nvml() -> Check {
         Ok(n) => {
             let count = n.device_count().unwrap_or(0);
             let driver = n.sys_driver_version().unwrap_or_default();
-            Check {
-                name: "nvml",
-                level: Level::Ok,
-                detail: format!("{count} GPU(s), driver {driver}"),
-            }
+            Check { name: "nvml", level: Level::Ok, detail: format!("{count} GPU(s), driver {driver}") }
         }
-        Err(e) => Check {
-            name: "nvml",
-            level: Level::Warn,
-            detail: format!("unavailable ({e}): CPU-only sampling"),
-        },
+        Err(e) => Check { name: "nvml", level: Level::Warn, detail: format!("unavailable ({e}): CPU-only sampling") },
     }
 }
 
@@ -100,11 +67,7 @@ fn nccl() -> Check {
         if !h.is_null() {
             // SAFETY: h came from dlopen above.
             unsafe { libc::dlclose(h) };
-            return Check {
-                name: "nccl",
-                level: Level::Ok,
-                detail: format!("{name} loads"),
-            };
+            return Check { name: "nccl", level: Level::Ok, detail: format!("{name} loads") };
         }
     }
     Check {
@@ -119,16 +82,8 @@ fn database(db: &DbPaths) -> Check {
     let r = std::fs::create_dir_all(&db.root).and_then(|_| std::fs::write(&probe, b"ok"));
     let _ = std::fs::remove_file(&probe);
     match r {
-        Ok(()) => Check {
-            name: "database",
-            level: Level::Ok,
-            detail: format!("{} is writable", db.root.display()),
-        },
-        Err(e) => Check {
-            name: "database",
-            level: Level::Fail,
-            detail: format!("{}: {e}", db.root.display()),
-        },
+        Ok(()) => Check { name: "database", level: Level::Ok, detail: format!("{} is writable", db.root.display()) },
+        Err(e) => Check { name: "database", level: Level::Fail, detail: format!("{}: {e}", db.root.display()) },
     }
 }
 
@@ -138,23 +93,11 @@ fn disk(db: &DbPaths) -> Check {
     let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
     let r = unsafe { libc::statvfs(c.as_ptr(), &mut s) };
     if r != 0 {
-        return Check {
-            name: "disk",
-            level: Level::Warn,
-            detail: "cannot stat the database directory".into(),
-        };
+        return Check { name: "disk", level: Level::Warn, detail: "cannot stat the database directory".into() };
     }
     let free_gib = s.f_bavail as f64 * s.f_frsize as f64 / (1u64 << 30) as f64;
-    let level = if free_gib < 1.0 {
-        Level::Warn
-    } else {
-        Level::Ok
-    };
-    Check {
-        name: "disk",
-        level,
-        detail: format!("{free_gib:.1} GiB free for history and checkpoints"),
-    }
+    let level = if free_gib < 1.0 { Level::Warn } else { Level::Ok };
+    Check { name: "disk", level, detail: format!("{free_gib:.1} GiB free for history and checkpoints") }
 }
 
 fn ports() -> Check {
@@ -162,30 +105,18 @@ fn ports() -> Check {
         Ok(l) => Check {
             name: "ports",
             level: Level::Ok,
-            detail: format!(
-                "can listen on loopback (got port {})",
-                l.local_addr().map(|a| a.port()).unwrap_or(0)
-            ),
+            detail: format!("can listen on loopback (got port {})", l.local_addr().map(|a| a.port()).unwrap_or(0)),
         },
-        Err(e) => Check {
-            name: "ports",
-            level: Level::Fail,
-            detail: format!("cannot listen on loopback: {e}"),
-        },
+        Err(e) => Check { name: "ports", level: Level::Fail, detail: format!("cannot listen on loopback: {e}") },
     }
 }
 
 fn on_path(tool: &str) -> bool {
-    std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
-        .unwrap_or(false)
+    std::env::var_os("PATH").map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file())).unwrap_or(false)
 }
 
 fn stack_tools() -> Check {
-    let found: Vec<&str> = ["gdb", "eu-stack", "py-spy"]
-        .into_iter()
-        .filter(|t| on_path(t))
-        .collect();
+    let found: Vec<&str> = ["gdb", "eu-stack", "py-spy"].into_iter().filter(|t| on_path(t)).collect();
     if found.is_empty() {
         Check {
             name: "stacks",
@@ -193,26 +124,14 @@ fn stack_tools() -> Check {
             detail: "none of gdb, eu-stack, py-spy installed: no stack dumps".into(),
         }
     } else {
-        Check {
-            name: "stacks",
-            level: Level::Ok,
-            detail: found.join(", "),
-        }
+        Check { name: "stacks", level: Level::Ok, detail: found.join(", ") }
     }
 }
 
 fn ssh() -> Check {
     if on_path("ssh") {
-        Check {
-            name: "ssh",
-            level: Level::Ok,
-            detail: "ssh client present".into(),
-        }
+        Check { name: "ssh", level: Level::Ok, detail: "ssh client present".into() }
     } else {
-        Check {
-            name: "ssh",
-            level: Level::Warn,
-            detail: "no ssh client (only needed for `ssh` debugging)".into(),
-        }
+        Check { name: "ssh", level: Level::Warn, detail: "no ssh client (only needed for `ssh` debugging)".into() }
     }
 }

@@ -9,11 +9,7 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
 #[derive(Parser, Debug)]
-#[command(
-    name = "flightdeck",
-    version,
-    about = "A terminal cockpit for distributed training runs"
-)]
+#[command(name = "flightdeck", version, about = "A terminal cockpit for distributed training runs")]
 pub struct Cli {
     /// The history database directory (default: $FLIGHTDECK_HOME, else the XDG data dir).
     #[arg(long, global = true)]
@@ -76,7 +72,9 @@ pub fn main() -> i32 {
     let db = DbPaths::new(db_dir(cli.db.as_deref()));
     let result = match cli.command {
         None => {
-            eprintln!("flightdeck: the cockpit is not built yet; try `flightdeck run RECIPE --headless` or `flightdeck runs`");
+            eprintln!(
+                "flightdeck: the cockpit is not built yet; try `flightdeck run RECIPE --headless` or `flightdeck runs`"
+            );
             return EXIT_BAD_INPUT;
         }
         Some(Cmd::Server { foreground }) => crate::server::main(db, foreground).map(|_| 0),
@@ -105,9 +103,7 @@ fn worker() -> anyhow::Result<i32> {
 }
 
 fn client_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?)
+    Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
 }
 
 async fn client_command(db: &DbPaths, cmd: Cmd) -> anyhow::Result<i32> {

@@ -6,11 +6,7 @@ use serde_json::{json, Value};
 pub const JSON_VERSION: u32 = 1;
 
 pub fn run_json(r: &RunRecord) -> Value {
-    let duration_s = r
-        .ended_ms
-        .unwrap_or_else(crate::ids::unix_ms)
-        .saturating_sub(r.created_ms) as f64
-        / 1000.0;
+    let duration_s = r.ended_ms.unwrap_or_else(crate::ids::unix_ms).saturating_sub(r.created_ms) as f64 / 1000.0;
     json!({
         "id": r.id.as_str(),
         "name": r.name,

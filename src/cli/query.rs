@@ -45,10 +45,7 @@ pub async fn runs(db: &DbPaths, json: bool) -> anyhow::Result<i32> {
         Err(m) => return refused(&m),
     };
     if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&output::runs_json(&runs))?
-        );
+        println!("{}", serde_json::to_string_pretty(&output::runs_json(&runs))?);
         return Ok(0);
     }
     println!(
@@ -57,10 +54,7 @@ pub async fn runs(db: &DbPaths, json: bool) -> anyhow::Result<i32> {
     );
     for r in runs.iter().rev() {
         let v = output::run_json(r);
-        let loss = r
-            .last_loss
-            .map(|l| format!("{l:.4}"))
-            .unwrap_or_else(|| "-".into());
+        let loss = r.last_loss.map(|l| format!("{l:.4}")).unwrap_or_else(|| "-".into());
         let dur = v["duration_s"].as_f64().unwrap_or(0.0);
         println!(
             "{:<22} {:<11} {:<16} {:>5} {:>11} {:>9} {:>8.0}s",
@@ -100,36 +94,17 @@ pub async fn show(db: &DbPaths, run: &str, json: bool) -> anyhow::Result<i32> {
     println!(
         "status   {}{}",
         r.status.name(),
-        if r.reason.is_empty() {
-            String::new()
-        } else {
-            format!(": {}", r.reason)
-        }
+        if r.reason.is_empty() { String::new() } else { format!(": {}", r.reason) }
     );
     println!("world    {} on {}", r.world_size, r.hosts.join(", "));
     println!("steps    {}/{}", r.step, r.steps_planned);
     let s = &d.summary;
-    let f = |x: Option<f64>, unit: &str| {
-        x.map(|v| format!("{v:.4}{unit}"))
-            .unwrap_or_else(|| "-".into())
-    };
-    println!(
-        "loss     first 10 steps {} → last 10 steps {}",
-        f(s.loss_first10_mean, ""),
-        f(s.loss_last10_mean, "")
-    );
-    println!(
-        "speed    {} median step, {} tokens/s",
-        f(s.step_time_ms_median, " ms"),
-        f(s.tokens_per_s, "")
-    );
+    let f = |x: Option<f64>, unit: &str| x.map(|v| format!("{v:.4}{unit}")).unwrap_or_else(|| "-".into());
+    println!("loss     first 10 steps {} → last 10 steps {}", f(s.loss_first10_mean, ""), f(s.loss_last10_mean, ""));
+    println!("speed    {} median step, {} tokens/s", f(s.step_time_ms_median, " ms"), f(s.tokens_per_s, ""));
     println!("\nranks");
     for k in &d.ranks {
-        let exit = k
-            .exit
-            .as_ref()
-            .map(|e| e.describe())
-            .unwrap_or_else(|| "running".into());
+        let exit = k.exit.as_ref().map(|e| e.describe()).unwrap_or_else(|| "running".into());
         let phase = k.phase.map(|p| p.name()).unwrap_or("-");
         println!(
             "  rank {:<3} {:<10} pid {:<8} step {:<6} phase {:<5} {}",
@@ -144,10 +119,7 @@ pub async fn show(db: &DbPaths, run: &str, json: bool) -> anyhow::Result<i32> {
     println!("\nevents");
     for e in &d.events {
         let (y, mo, day, h, mi, sec) = crate::ids::civil_from_unix((e.t_ms / 1000) as i64);
-        println!(
-            "  {y:04}-{mo:02}-{day:02} {h:02}:{mi:02}:{sec:02}  {}",
-            e.text
-        );
+        println!("  {y:04}-{mo:02}-{day:02} {h:02}:{mi:02}:{sec:02}  {}", e.text);
     }
     println!("\nmetrics  {}", d.metrics.join(", "));
     Ok(0)
@@ -155,18 +127,17 @@ pub async fn show(db: &DbPaths, run: &str, json: bool) -> anyhow::Result<i32> {
 
 pub async fn metrics(db: &DbPaths, args: MetricsArgs) -> anyhow::Result<i32> {
     let key = args.key.clone().unwrap_or_else(|| "loss".into());
-    let req = Request::Metrics {
-        run: args.run.clone(),
-        key: Some(key.clone()),
-        rank: args.rank,
-    };
+    let req = Request::Metrics { run: args.run.clone(), key: Some(key.clone()), rank: args.rank };
     let points = match ask(db, req).await? {
         Ok(Reply::Metrics { points }) => points,
         Ok(other) => anyhow::bail!("unexpected reply: {other:?}"),
         Err(m) => return refused(&m),
     };
     if points.is_empty() {
-        eprintln!("flightdeck: run {} has no points for metric {key:?}; `flightdeck show {}` lists its metrics", args.run, args.run);
+        eprintln!(
+            "flightdeck: run {} has no points for metric {key:?}; `flightdeck show {}` lists its metrics",
+            args.run, args.run
+        );
     }
     let mut sorted = points;
     sorted.sort_by_key(|p| (p.step, p.rank));
@@ -191,11 +162,7 @@ pub async fn metrics(db: &DbPaths, args: MetricsArgs) -> anyhow::Result<i32> {
 }
 
 pub async fn stop_or_kill(db: &DbPaths, run: &str, kill: bool) -> anyhow::Result<i32> {
-    let req = if kill {
-        Request::Kill { run: run.into() }
-    } else {
-        Request::Stop { run: run.into() }
-    };
+    let req = if kill { Request::Kill { run: run.into() } } else { Request::Stop { run: run.into() } };
     match ask(db, req).await? {
         Ok(_) => {
             println!("{} sent to run {run}", if kill { "kill" } else { "stop" });

@@ -49,37 +49,20 @@ pub async fn run(db: &DbPaths, args: RunArgs) -> anyhow::Result<i32> {
     }
     let mut client = Client::connect(db).await?;
     let recipe_json = serde_json::to_string(&recipe)?;
-    let req = Request::Launch {
-        recipe_json,
-        recipe_path: args.recipe.display().to_string(),
-        name: args.name.clone(),
-    };
+    let req = Request::Launch { recipe_json, recipe_path: args.recipe.display().to_string(), name: args.name.clone() };
     let run = match client.request(&req).await? {
         Reply::Launched { run } => run,
         Reply::Error { message } => anyhow::bail!("launch failed: {message}"),
         other => anyhow::bail!("unexpected reply to launch: {other:?}"),
     };
-    println!(
-        "run {run}: {} on {} rank(s), {} steps",
-        recipe.name,
-        recipe.world_size(),
-        recipe.train.steps
-    );
+    println!("run {run}: {} on {} rank(s), {} steps", recipe.name, recipe.world_size(), recipe.train.steps);
     client.send(&Request::Follow { run: run.0.clone() }).await?;
     while let Some(reply) = client.next().await? {
         match reply {
             Reply::Progress(p) => println!("{}", progress_line(&p)),
-            Reply::Ended {
-                run,
-                status,
-                reason,
-            } => {
+            Reply::Ended { run, status, reason } => {
                 println!("run {run} {}: {reason}", status.name());
-                return Ok(if status == RunStatus::Succeeded {
-                    0
-                } else {
-                    EXIT_FAILURE
-                });
+                return Ok(if status == RunStatus::Succeeded { 0 } else { EXIT_FAILURE });
             }
             Reply::Error { message } => anyhow::bail!("{message}"),
             other => anyhow::bail!("unexpected reply while following: {other:?}"),
@@ -89,14 +72,8 @@ pub async fn run(db: &DbPaths, args: RunArgs) -> anyhow::Result<i32> {
 }
 
 pub fn progress_line(p: &Progress) -> String {
-    let loss = p
-        .loss_mean
-        .map(|l| format!("{l:.4}"))
-        .unwrap_or_else(|| "-".into());
-    let ms = p
-        .step_time_ms_mean
-        .map(|m| format!("{m:.1} ms/step"))
-        .unwrap_or_else(|| "- ms/step".into());
+    let loss = p.loss_mean.map(|l| format!("{l:.4}")).unwrap_or_else(|| "-".into());
+    let ms = p.step_time_ms_mean.map(|m| format!("{m:.1} ms/step")).unwrap_or_else(|| "- ms/step".into());
     format!(
         "{} step {}/{} loss {loss} {ms} ranks {}/{} {}",
         p.run,

@@ -14,17 +14,9 @@ pub enum CollectiveError {
     #[error("rendezvous at {addr}: {reason}")]
     Rendezvous { addr: String, reason: String },
     #[error("peer rank {peer} ({addr}): {source}")]
-    Peer {
-        peer: u32,
-        addr: String,
-        source: std::io::Error,
-    },
+    Peer { peer: u32, addr: String, source: std::io::Error },
     #[error("collective #{seq} {op}: {reason}")]
-    Protocol {
-        seq: u64,
-        op: &'static str,
-        reason: String,
-    },
+    Protocol { seq: u64, op: &'static str, reason: String },
 }
 
 /// A process group of `world_size` ranks that can average buffers.

@@ -117,9 +117,7 @@ impl<C: Collective> Collective for FlightRecorder<C> {
     }
 
     fn all_reduce_sum(&mut self, buf: &mut [f32]) -> Result<(), CollectiveError> {
-        self.record(CollectiveOp::AllReduce, buf.len(), |inner| {
-            inner.all_reduce_sum(buf)
-        })
+        self.record(CollectiveOp::AllReduce, buf.len(), |inner| inner.all_reduce_sum(buf))
     }
 
     fn barrier(&mut self) -> Result<(), CollectiveError> {
@@ -166,10 +164,7 @@ mod tests {
     fn sink() -> (Arc<Mutex<Vec<CollectiveRecord>>>, RecordSink) {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let writer = Arc::clone(&seen);
-        (
-            seen,
-            Box::new(move |r: &CollectiveRecord| writer.lock().unwrap().push(r.clone())),
-        )
+        (seen, Box::new(move |r: &CollectiveRecord| writer.lock().unwrap().push(r.clone())))
     }
 
     #[test]
@@ -185,16 +180,10 @@ mod tests {
         let seen = seen.lock().unwrap();
         let calls: Vec<_> = seen.iter().map(|r| (r.seq, r.state)).collect();
         use CollectiveState::{Completed, Started};
-        assert_eq!(
-            calls,
-            [(1, Started), (1, Completed), (2, Started), (2, Completed)]
-        );
+        assert_eq!(calls, [(1, Started), (1, Completed), (2, Started), (2, Completed)]);
         assert!(seen[0].end_us.is_none() && seen[0].start_us.is_some());
         let done = &seen[1];
-        assert_eq!(
-            (done.op, done.dtype.as_str(), done.elements, done.bytes),
-            (CollectiveOp::AllReduce, "f32", 10, 40)
-        );
+        assert_eq!((done.op, done.dtype.as_str(), done.elements, done.bytes), (CollectiveOp::AllReduce, "f32", 10, 40));
         assert_eq!(done.step, Step(7));
         assert!(done.enqueue_us <= done.start_us.unwrap() && done.start_us <= done.end_us);
         assert_eq!(seen[3].op, CollectiveOp::Barrier);
@@ -206,14 +195,7 @@ mod tests {
     #[test]
     fn a_failed_collective_stays_started_with_one_sink_call() {
         let (seen, sink) = sink();
-        let mut rec = FlightRecorder::new(
-            Scripted {
-                calls: 0,
-                fail_on_call: 2,
-            },
-            16,
-            sink,
-        );
+        let mut rec = FlightRecorder::new(Scripted { calls: 0, fail_on_call: 2 }, 16, sink);
         let mut buf = [1.0f32; 3];
         rec.all_reduce_sum(&mut buf).unwrap();
         rec.all_reduce_sum(&mut buf).unwrap_err();
@@ -222,19 +204,9 @@ mod tests {
         assert_eq!((rec.rank(), rec.world_size()), (Rank(3), 4));
         assert_eq!(rec.inner_mut().calls, 3);
 
-        let states: Vec<_> = rec
-            .records()
-            .map(|r| (r.seq, r.state, r.end_us.is_some()))
-            .collect();
+        let states: Vec<_> = rec.records().map(|r| (r.seq, r.state, r.end_us.is_some())).collect();
         use CollectiveState::{Completed, Started};
-        assert_eq!(
-            states,
-            [
-                (1, Completed, true),
-                (2, Started, false),
-                (3, Completed, true)
-            ]
-        );
+        assert_eq!(states, [(1, Completed, true), (2, Started, false), (3, Completed, true)]);
         let sink_calls: Vec<_> = seen.lock().unwrap().iter().map(|r| r.seq).collect();
         assert_eq!(sink_calls, [1, 1, 2, 3, 3]);
     }

@@ -50,9 +50,7 @@ impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         // A poisoned lock means a connection thread panicked mid-update; the map itself is
         // still a valid map, and refusing every later rank would turn one bug into a hang.
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -64,17 +62,12 @@ pub struct StoreServer {
 impl StoreServer {
     /// Listens on `addr` (`"127.0.0.1:0"` picks a free port; see `local_addr`).
     pub fn bind(addr: &str) -> io::Result<StoreServer> {
-        Ok(StoreServer {
-            listener: TcpListener::bind(addr)?,
-            shared: Arc::default(),
-        })
+        Ok(StoreServer { listener: TcpListener::bind(addr)?, shared: Arc::default() })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
         // The listener is bound, so only a closed fd could fail here; fall back to "unknown".
-        self.listener
-            .local_addr()
-            .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
+        self.listener.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
     }
 
     /// Serves until the process exits: one thread accepts, one thread per connection.
@@ -95,9 +88,8 @@ impl StoreServer {
                 }
             };
             let shared = Arc::clone(&self.shared);
-            let spawned = std::thread::Builder::new()
-                .name("store-conn".into())
-                .spawn(move || serve_connection(stream, &shared));
+            let spawned =
+                std::thread::Builder::new().name("store-conn".into()).spawn(move || serve_connection(stream, &shared));
             if let Err(e) = spawned {
                 tracing::warn!("store: cannot start a connection thread: {e}");
             }
@@ -106,9 +98,7 @@ impl StoreServer {
 }
 
 fn serve_connection(mut stream: TcpStream, shared: &Shared) {
-    let peer = stream
-        .peer_addr()
-        .map_or_else(|_| "unknown peer".to_string(), |a| a.to_string());
+    let peer = stream.peer_addr().map_or_else(|_| "unknown peer".to_string(), |a| a.to_string());
     // Replies are one small frame each; Nagle would add a delay to every rendezvous round trip.
     let _ = stream.set_nodelay(true);
     loop {
@@ -123,9 +113,7 @@ fn serve_connection(mut stream: TcpStream, shared: &Shared) {
         let reply = match Request::parse(&body) {
             Ok(request) => request.apply(shared),
             Err(reason) => {
-                tracing::warn!(
-                    "store: closing connection from {peer}: malformed request: {reason}"
-                );
+                tracing::warn!("store: closing connection from {peer}: malformed request: {reason}");
                 return;
             }
         };
@@ -148,27 +136,17 @@ impl<'a> Request<'a> {
         let (key_len, rest) = take_u32(rest).ok_or("truncated key length")?;
         let key_len = key_len as usize;
         if rest.len() < key_len {
-            return Err(format!(
-                "key length {key_len} exceeds the {} bytes left",
-                rest.len()
-            ));
+            return Err(format!("key length {key_len} exceeds the {} bytes left", rest.len()));
         }
         let (key, args) = rest.split_at(key_len);
         let key = std::str::from_utf8(key).map_err(|e| format!("key is not utf-8: {e}"))?;
         let eight = |what: &str| -> Result<[u8; 8], String> {
-            args.try_into()
-                .map_err(|_| format!("{what} must be 8 bytes, got {}", args.len()))
+            args.try_into().map_err(|_| format!("{what} must be 8 bytes, got {}", args.len()))
         };
         match op {
             OP_SET => Ok(Request::Set { key, value: args }),
-            OP_GET => Ok(Request::Get {
-                key,
-                wait_ms: u64::from_le_bytes(eight("get's wait")?),
-            }),
-            OP_ADD => Ok(Request::Add {
-                key,
-                delta: i64::from_le_bytes(eight("add's delta")?),
-            }),
+            OP_GET => Ok(Request::Get { key, wait_ms: u64::from_le_bytes(eight("get's wait")?) }),
+            OP_ADD => Ok(Request::Add { key, delta: i64::from_le_bytes(eight("add's delta")?) }),
             other => Err(format!("unknown op {other} (valid: 1 set, 2 get, 3 add)")),
         }
     }
@@ -204,21 +182,15 @@ impl<'a> Request<'a> {
                 // counter reads the same in both stores.
                 let current = match state.values.get(key) {
                     None => Some(0),
-                    Some(v) => std::str::from_utf8(v)
-                        .ok()
-                        .and_then(|s| s.parse::<i64>().ok()),
+                    Some(v) => std::str::from_utf8(v).ok().and_then(|s| s.parse::<i64>().ok()),
                 };
                 let Some(current) = current else {
                     return refused(&format!("key {key:?} holds a value that is not a counter"));
                 };
                 let Some(next) = current.checked_add(delta) else {
-                    return refused(&format!(
-                        "counter {key:?} = {current} overflows adding {delta}"
-                    ));
+                    return refused(&format!("counter {key:?} = {current} overflows adding {delta}"));
                 };
-                state
-                    .values
-                    .insert(key.to_string(), next.to_string().into_bytes());
+                state.values.insert(key.to_string(), next.to_string().into_bytes());
                 drop(state);
                 shared.changed.notify_all();
                 [&[STATUS_OK][..], &next.to_le_bytes()].concat()
@@ -256,18 +228,12 @@ fn read_frame(stream: &mut TcpStream) -> io::Result<Option<Vec<u8>>> {
 }
 
 fn write_frame(stream: &mut TcpStream, body: &[u8]) -> io::Result<()> {
-    let len = u32::try_from(body.len())
-        .ok()
-        .filter(|&n| n <= MAX_FRAME_BYTES)
-        .ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!(
-                    "frame of {} bytes exceeds the {MAX_FRAME_BYTES}-byte limit",
-                    body.len()
-                ),
-            )
-        })?;
+    let len = u32::try_from(body.len()).ok().filter(|&n| n <= MAX_FRAME_BYTES).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("frame of {} bytes exceeds the {MAX_FRAME_BYTES}-byte limit", body.len()),
+        )
+    })?;
     // One write per frame: with TCP_NODELAY, two writes would be two packets.
     stream.write_all(&[&len.to_le_bytes()[..], body].concat())
 }
@@ -287,19 +253,16 @@ impl StoreClient {
         let deadline = Instant::now() + timeout;
         loop {
             let attempt = addr.to_socket_addrs().and_then(|mut addrs| {
-                let target = addrs.next().ok_or_else(|| {
-                    io::Error::new(io::ErrorKind::NotFound, "the name resolved to no address")
-                })?;
+                let target = addrs
+                    .next()
+                    .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "the name resolved to no address"))?;
                 let left = deadline.saturating_duration_since(Instant::now());
                 TcpStream::connect_timeout(&target, left.max(Duration::from_millis(1)))
             });
             match attempt {
                 Ok(stream) => {
                     let _ = stream.set_nodelay(true);
-                    return Ok(StoreClient {
-                        addr: addr.to_string(),
-                        stream: Some(stream),
-                    });
+                    return Ok(StoreClient { addr: addr.to_string(), stream: Some(stream) });
                 }
                 Err(e) if Instant::now() + CONNECT_RETRY >= deadline => {
                     return Err(CollectiveError::Rendezvous {
@@ -336,25 +299,17 @@ impl StoreClient {
     pub fn add(&mut self, key: &str, delta: i64) -> Result<i64, CollectiveError> {
         let reply = self.call(OP_ADD, key, &delta.to_le_bytes(), REPLY_TIMEOUT)?;
         let payload = self.expect_ok(key, reply)?;
-        let count: [u8; 8] = payload.as_slice().try_into().map_err(|_| {
-            self.error(format!(
-                "add reply for {key:?} has {} bytes, not 8",
-                payload.len()
-            ))
-        })?;
+        let count: [u8; 8] = payload
+            .as_slice()
+            .try_into()
+            .map_err(|_| self.error(format!("add reply for {key:?} has {} bytes, not 8", payload.len())))?;
         Ok(i64::from_le_bytes(count))
     }
 
     /// Sends one request and returns the reply body (status byte first).
-    fn call(
-        &mut self,
-        op: u8,
-        key: &str,
-        args: &[u8],
-        reply_timeout: Duration,
-    ) -> Result<Vec<u8>, CollectiveError> {
-        let key_len = u32::try_from(key.len())
-            .map_err(|_| self.error(format!("key of {} bytes is too long", key.len())))?;
+    fn call(&mut self, op: u8, key: &str, args: &[u8], reply_timeout: Duration) -> Result<Vec<u8>, CollectiveError> {
+        let key_len =
+            u32::try_from(key.len()).map_err(|_| self.error(format!("key of {} bytes is too long", key.len())))?;
         let body = [&[op][..], &key_len.to_le_bytes(), key.as_bytes(), args].concat();
         let Some(stream) = self.stream.as_mut() else {
             return Err(self.error("connection lost in an earlier request".into()));
@@ -364,12 +319,7 @@ impl StoreClient {
             .and_then(|()| write_frame(stream, &body))
             .and_then(|()| read_frame(stream))
             .and_then(|reply| {
-                reply.ok_or_else(|| {
-                    io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "the store closed the connection",
-                    )
-                })
+                reply.ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "the store closed the connection"))
             });
         result.map_err(|e| {
             self.stream = None;
@@ -381,20 +331,16 @@ impl StoreClient {
     fn expect_ok(&self, key: &str, reply: Vec<u8>) -> Result<Vec<u8>, CollectiveError> {
         match reply.split_first() {
             Some((&STATUS_OK, payload)) => Ok(payload.to_vec()),
-            Some((&STATUS_REFUSED, reason)) => Err(self.error(format!(
-                "refused for key {key:?}: {}",
-                String::from_utf8_lossy(reason)
-            ))),
+            Some((&STATUS_REFUSED, reason)) => {
+                Err(self.error(format!("refused for key {key:?}: {}", String::from_utf8_lossy(reason))))
+            }
             Some((status, _)) => Err(self.error(format!("unknown reply status {status}"))),
             None => Err(self.error("empty reply".into())),
         }
     }
 
     fn error(&self, reason: String) -> CollectiveError {
-        CollectiveError::Rendezvous {
-            addr: self.addr.clone(),
-            reason,
-        }
+        CollectiveError::Rendezvous { addr: self.addr.clone(), reason }
     }
 }
 
@@ -413,10 +359,7 @@ mod tests {
     /// Blocks until `n` gets are parked on missing keys inside the server.
     fn wait_for_parked_gets(shared: &Shared, n: usize) {
         let state = shared.lock();
-        let _state = shared
-            .changed
-            .wait_while(state, |s| s.waiting_gets < n)
-            .unwrap();
+        let _state = shared.changed.wait_while(state, |s| s.waiting_gets < n).unwrap();
     }
 
     #[test]
@@ -497,11 +440,7 @@ mod tests {
     #[test]
     fn connect_retries_until_the_store_listens() {
         // Reserve a free port, release it, then start the store there after the client began.
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let addr = format!("127.0.0.1:{port}");
         let client = {
             let addr = addr.clone();
@@ -515,18 +454,9 @@ mod tests {
 
     #[test]
     fn connect_to_nothing_fails_with_the_address() {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let addr = format!("127.0.0.1:{port}");
-        let err = StoreClient::connect(&addr, Duration::from_millis(100))
-            .err()
-            .unwrap();
-        assert!(
-            matches!(&err, CollectiveError::Rendezvous { addr: a, .. } if *a == addr),
-            "{err}"
-        );
+        let err = StoreClient::connect(&addr, Duration::from_millis(100)).err().unwrap();
+        assert!(matches!(&err, CollectiveError::Rendezvous { addr: a, .. } if *a == addr), "{err}");
     }
 }

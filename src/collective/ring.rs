@@ -64,28 +64,14 @@ impl Ring {
         if rank.0 >= world_size {
             return Err(rendezvous_error(
                 store,
-                format!(
-                    "rank {rank} is outside a world of {world_size} (valid ranks: 0..{world_size})"
-                ),
+                format!("rank {rank} is outside a world of {world_size} (valid ranks: 0..{world_size})"),
             ));
         }
         let links = match world_size {
             1 => Links::Alone,
-            _ => link_up(
-                store,
-                rank.0,
-                world_size,
-                advertise_host,
-                Instant::now() + timeout,
-            )?,
+            _ => link_up(store, rank.0, world_size, advertise_host, Instant::now() + timeout)?,
         };
-        Ok(Ring {
-            rank,
-            world_size,
-            seq: 0,
-            links,
-            staging: Vec::new(),
-        })
+        Ok(Ring { rank, world_size, seq: 0, links, staging: Vec::new() })
     }
 
     fn run(&mut self, op: CollectiveOp, buf: &mut [f32]) -> Result<(), CollectiveError> {
@@ -102,35 +88,16 @@ impl Ring {
             }
             Links::Connected { next, prev } => (next, prev),
         };
-        let header = Header {
-            seq,
-            op,
-            elements: buf.len() as u64,
-        };
+        let header = Header { seq, op, elements: buf.len() as u64 };
         let rank = self.rank.0 as usize;
         let n = self.world_size as usize;
-        let result = exchange::all_reduce(
-            &mut next.stream,
-            &mut prev.stream,
-            rank,
-            n,
-            header,
-            buf,
-            &mut self.staging,
-        );
+        let result = exchange::all_reduce(&mut next.stream, &mut prev.stream, rank, n, header, buf, &mut self.staging);
         let Err(failure) = result else {
             return Ok(());
         };
-        let peer_error = |peer: &Peer, source| CollectiveError::Peer {
-            peer: peer.rank,
-            addr: peer.addr.clone(),
-            source,
-        };
-        let protocol_error = |reason| CollectiveError::Protocol {
-            seq,
-            op: op.name(),
-            reason,
-        };
+        let peer_error =
+            |peer: &Peer, source| CollectiveError::Peer { peer: peer.rank, addr: peer.addr.clone(), source };
+        let protocol_error = |reason| CollectiveError::Protocol { seq, op: op.name(), reason };
         let err = match failure {
             Failure::Send(e) => peer_error(next, e),
             Failure::Recv(e) => peer_error(prev, e),
@@ -163,10 +130,7 @@ impl Collective for Ring {
 }
 
 fn rendezvous_error(store: &StoreClient, reason: String) -> CollectiveError {
-    CollectiveError::Rendezvous {
-        addr: store.addr().to_string(),
-        reason,
-    }
+    CollectiveError::Rendezvous { addr: store.addr().to_string(), reason }
 }
 
 /// Publishes this rank's listener, then dials the next rank and accepts the previous one.
@@ -179,18 +143,11 @@ fn link_up(
     advertise_host: &str,
     deadline: Instant,
 ) -> Result<Links, CollectiveError> {
-    let listener = TcpListener::bind((advertise_host, 0)).map_err(|e| {
-        rendezvous_error(
-            store,
-            format!("cannot listen on advertise host {advertise_host:?}: {e}"),
-        )
-    })?;
-    let own_addr = listener.local_addr().map_err(|e| {
-        rendezvous_error(
-            store,
-            format!("cannot read the ring listener's address: {e}"),
-        )
-    })?;
+    let listener = TcpListener::bind((advertise_host, 0))
+        .map_err(|e| rendezvous_error(store, format!("cannot listen on advertise host {advertise_host:?}: {e}")))?;
+    let own_addr = listener
+        .local_addr()
+        .map_err(|e| rendezvous_error(store, format!("cannot read the ring listener's address: {e}")))?;
     if own_addr.ip().is_unspecified() {
         return Err(rendezvous_error(
             store,
@@ -204,15 +161,10 @@ fn link_up(
     let next_rank = (rank + 1) % world_size;
     let prev_rank = (rank + world_size - 1) % world_size;
     let next_addr = store.get(&addr_key(next_rank), left(deadline))?;
-    let next_addr = String::from_utf8(next_addr).map_err(|e| {
-        rendezvous_error(
-            store,
-            format!("rank {next_rank}'s published address is not utf-8: {e}"),
-        )
-    })?;
+    let next_addr = String::from_utf8(next_addr)
+        .map_err(|e| rendezvous_error(store, format!("rank {next_rank}'s published address is not utf-8: {e}")))?;
     let next = dial(rank, world_size, next_rank, next_addr, deadline)?;
-    let prev = accept(&listener, world_size, prev_rank, deadline)
-        .map_err(|reason| rendezvous_error(store, reason))?;
+    let prev = accept(&listener, world_size, prev_rank, deadline).map_err(|reason| rendezvous_error(store, reason))?;
     Ok(Links::Connected { next, prev })
 }
 
@@ -238,37 +190,24 @@ fn dial(
     deadline: Instant,
 ) -> Result<Peer, CollectiveError> {
     let connected = (|| -> io::Result<TcpStream> {
-        let target = next_addr.to_socket_addrs()?.next().ok_or_else(|| {
-            io::Error::new(io::ErrorKind::NotFound, "the address resolved to nothing")
-        })?;
-        let stream =
-            TcpStream::connect_timeout(&target, left(deadline).max(Duration::from_millis(1)))?;
+        let target = next_addr
+            .to_socket_addrs()?
+            .next()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "the address resolved to nothing"))?;
+        let stream = TcpStream::connect_timeout(&target, left(deadline).max(Duration::from_millis(1)))?;
         stream.set_write_timeout(Some(left(deadline).max(Duration::from_millis(1))))?;
         (&stream).write_all(&hello(rank, world_size))?;
         ready_for_collectives(&stream)?;
         Ok(stream)
     })();
     match connected {
-        Ok(stream) => Ok(Peer {
-            rank: next_rank,
-            addr: next_addr,
-            stream,
-        }),
-        Err(source) => Err(CollectiveError::Peer {
-            peer: next_rank,
-            addr: next_addr,
-            source,
-        }),
+        Ok(stream) => Ok(Peer { rank: next_rank, addr: next_addr, stream }),
+        Err(source) => Err(CollectiveError::Peer { peer: next_rank, addr: next_addr, source }),
     }
 }
 
 /// Accepts the previous rank's connection; connections that are not ring hellos are dropped.
-fn accept(
-    listener: &TcpListener,
-    world_size: u32,
-    prev_rank: u32,
-    deadline: Instant,
-) -> Result<Peer, String> {
+fn accept(listener: &TcpListener, world_size: u32, prev_rank: u32, deadline: Instant) -> Result<Peer, String> {
     let io_err = |e: io::Error| format!("accepting rank {prev_rank}'s connection failed: {e}");
     // Non-blocking, so that a connection that vanished between poll and accept cannot block us
     // past the deadline.
@@ -276,15 +215,9 @@ fn accept(
     loop {
         let wait_ms = i32::try_from(left(deadline).as_millis()).unwrap_or(i32::MAX);
         if wait_ms == 0 {
-            return Err(format!(
-                "rank {prev_rank} did not connect before the timeout"
-            ));
+            return Err(format!("rank {prev_rank} did not connect before the timeout"));
         }
-        let mut fds = [libc::pollfd {
-            fd: listener.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        }];
+        let mut fds = [libc::pollfd { fd: listener.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
         if exchange::poll(&mut fds, wait_ms).map_err(io_err)? == 0 {
             continue;
         }
@@ -296,11 +229,7 @@ fn accept(
         match read_hello(&stream, deadline) {
             Ok((rank, world)) if rank == prev_rank && world == world_size => {
                 ready_for_collectives(&stream).map_err(io_err)?;
-                return Ok(Peer {
-                    rank: prev_rank,
-                    addr: from.to_string(),
-                    stream,
-                });
+                return Ok(Peer { rank: prev_rank, addr: from.to_string(), stream });
             }
             Ok((rank, world)) if world != world_size => {
                 return Err(format!(
@@ -308,9 +237,9 @@ fn accept(
                      {world_size}; every rank must be launched with the same world size"
                 ))
             }
-            Ok((rank, _)) => tracing::warn!(
-                "ring: dropping a connection from rank {rank} at {from}; expected rank {prev_rank}"
-            ),
+            Ok((rank, _)) => {
+                tracing::warn!("ring: dropping a connection from rank {rank} at {from}; expected rank {prev_rank}")
+            }
             Err(e) => tracing::warn!("ring: dropping a connection from {from}: {e}"),
         }
     }
@@ -324,10 +253,7 @@ fn read_hello(stream: &TcpStream, deadline: Instant) -> io::Result<(u32, u32)> {
     let mut reader = stream;
     reader.read_exact(&mut bytes)?;
     if bytes[..8] != HELLO_MAGIC {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "not a ring hello",
-        ));
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "not a ring hello"));
     }
     let word = |i: usize| u32::from_le_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]);
     Ok((word(8), word(12)))

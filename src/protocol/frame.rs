@@ -62,12 +62,7 @@ impl<T: DeserializeOwned> Default for Decoder<T> {
 
 impl<T: DeserializeOwned> Decoder<T> {
     pub fn new() -> Self {
-        Decoder {
-            buf: Vec::new(),
-            skipping: 0,
-            bad: BadFrameCounts::default(),
-            _msg: PhantomData,
-        }
+        Decoder { buf: Vec::new(), skipping: 0, bad: BadFrameCounts::default(), _msg: PhantomData }
     }
 
     pub fn push(&mut self, bytes: &[u8]) {
@@ -92,10 +87,7 @@ impl<T: DeserializeOwned> Decoder<T> {
             self.buf.drain(..HEADER_BYTES + discard_now);
             self.skipping = len - discard_now;
             self.bad.oversized += 1;
-            return Some(Err(FrameError::Oversized {
-                len,
-                max: MAX_FRAME_BYTES,
-            }));
+            return Some(Err(FrameError::Oversized { len, max: MAX_FRAME_BYTES }));
         }
         if self.buf.len() < HEADER_BYTES + len {
             return None;
@@ -106,10 +98,7 @@ impl<T: DeserializeOwned> Decoder<T> {
             Ok(msg) => Some(Ok(msg)),
             Err(e) => {
                 self.bad.undecodable += 1;
-                Some(Err(FrameError::Undecodable {
-                    len,
-                    reason: e.to_string(),
-                }))
+                Some(Err(FrameError::Undecodable { len, reason: e.to_string() }))
             }
         }
     }
@@ -131,8 +120,7 @@ impl<T: DeserializeOwned> Decoder<T> {
         }
         let have = self.buf.len();
         let want = if have >= HEADER_BYTES {
-            HEADER_BYTES
-                + u32::from_le_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]) as usize
+            HEADER_BYTES + u32::from_le_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]) as usize
         } else {
             HEADER_BYTES
         };
@@ -157,10 +145,7 @@ pub fn read_frame<T: DeserializeOwned, R: Read>(r: &mut R) -> std::io::Result<Op
     }
     let len = u32::from_le_bytes(header) as usize;
     if len > MAX_FRAME_BYTES {
-        return Err(invalid(FrameError::Oversized {
-            len,
-            max: MAX_FRAME_BYTES,
-        }));
+        return Err(invalid(FrameError::Oversized { len, max: MAX_FRAME_BYTES }));
     }
     let mut payload = vec![0u8; len];
     r.read_exact(&mut payload).map_err(|e| {
@@ -170,12 +155,9 @@ pub fn read_frame<T: DeserializeOwned, R: Read>(r: &mut R) -> std::io::Result<Op
             e
         }
     })?;
-    bincode::deserialize(&payload).map(Some).map_err(|e| {
-        invalid(FrameError::Undecodable {
-            len,
-            reason: e.to_string(),
-        })
-    })
+    bincode::deserialize(&payload)
+        .map(Some)
+        .map_err(|e| invalid(FrameError::Undecodable { len, reason: e.to_string() }))
 }
 
 fn invalid(e: FrameError) -> std::io::Error {
@@ -197,19 +179,13 @@ where
     }
     let len = u32::from_le_bytes(header) as usize;
     if len > MAX_FRAME_BYTES {
-        return Err(invalid(FrameError::Oversized {
-            len,
-            max: MAX_FRAME_BYTES,
-        }));
+        return Err(invalid(FrameError::Oversized { len, max: MAX_FRAME_BYTES }));
     }
     let mut payload = vec![0u8; len];
     r.read_exact(&mut payload).await?;
-    bincode::deserialize(&payload).map(Some).map_err(|e| {
-        invalid(FrameError::Undecodable {
-            len,
-            reason: e.to_string(),
-        })
-    })
+    bincode::deserialize(&payload)
+        .map(Some)
+        .map_err(|e| invalid(FrameError::Undecodable { len, reason: e.to_string() }))
 }
 
 /// Async write of one frame.
@@ -229,11 +205,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn sample() -> AgentFrame {
-        AgentFrame {
-            seq: 7,
-            t_ms: 1,
-            event: AgentEvent::Notice { text: "hi".into() },
-        }
+        AgentFrame { seq: 7, t_ms: 1, event: AgentEvent::Notice { text: "hi".into() } }
     }
 
     #[test]
@@ -260,10 +232,7 @@ mod tests {
         let mut bytes = ((MAX_FRAME_BYTES + 1) as u32).to_le_bytes().to_vec();
         let mut d = Decoder::<AgentFrame>::new();
         d.push(&bytes);
-        assert!(matches!(
-            d.next_frame(),
-            Some(Err(FrameError::Oversized { .. }))
-        ));
+        assert!(matches!(d.next_frame(), Some(Err(FrameError::Oversized { .. }))));
         bytes = vec![0u8; MAX_FRAME_BYTES + 1];
         bytes.extend(encode(&sample()));
         d.push(&bytes);
@@ -278,10 +247,7 @@ mod tests {
         bytes.extend(encode(&sample()));
         let mut d = Decoder::<AgentFrame>::new();
         d.push(&bytes);
-        assert!(matches!(
-            d.next_frame(),
-            Some(Err(FrameError::Undecodable { .. }))
-        ));
+        assert!(matches!(d.next_frame(), Some(Err(FrameError::Undecodable { .. }))));
         assert_eq!(d.next_frame(), Some(Ok(sample())));
         assert_eq!(d.bad.undecodable, 1);
     }
@@ -304,10 +270,7 @@ mod tests {
         let mut r = &bytes[..bytes.len() - 2];
         assert!(read_frame::<Hello, _>(&mut r).is_err());
         let mut r = &bytes[..];
-        assert_eq!(
-            read_frame::<Hello, _>(&mut r).unwrap(),
-            Some(Hello::new(Role::Agent, "local"))
-        );
+        assert_eq!(read_frame::<Hello, _>(&mut r).unwrap(), Some(Hello::new(Role::Agent, "local")));
     }
 
     proptest! {

@@ -334,6 +334,11 @@ pub enum Request {
     Kill {
         run: String,
     },
+    /// Stream a live run's agent frames as they are ingested (`Reply::Frames`), until it ends
+    /// (`Reply::Ended`). Frames already stored are read with the other requests.
+    Watch {
+        run: String,
+    },
 }
 
 /// Server → client.
@@ -358,6 +363,17 @@ pub enum Reply {
         run: RunId,
         status: crate::store::RunStatus,
         reason: String,
+    },
+    /// A batch of a watched run's frames, from node `node`, just made durable.
+    Frames {
+        run: RunId,
+        node: u32,
+        frames: Vec<AgentFrame>,
+    },
+    /// The watcher fell behind and `skipped` batches were dropped: reload from the store.
+    Lagged {
+        run: RunId,
+        skipped: u64,
     },
     Ok,
     Error {

@@ -2,7 +2,5 @@
 pub mod frame;
 pub mod message;
 
-pub use frame::{
-    read_frame, read_frame_async, write_frame, write_frame_async, Decoder, FrameError,
-};
+pub use frame::{read_frame, read_frame_async, write_frame, write_frame_async, Decoder, FrameError};
 pub use message::*;

@@ -19,11 +19,7 @@ pub(super) type R<T> = Result<T, RecipeError>;
 
 impl<'a> Check<'a> {
     pub(super) fn new(ctx: &'a Ctx<'a>, base: Option<&'a Path>) -> Self {
-        Check {
-            ctx,
-            base,
-            kind: "pretrain",
-        }
+        Check { ctx, base, kind: "pretrain" }
     }
 
     pub(super) fn invalid(&self, key: &str, message: String) -> RecipeError {
@@ -35,22 +31,12 @@ impl<'a> Check<'a> {
         self.ctx.err(
             ErrorKind::Missing,
             key,
-            format!(
-            "{key} is missing; add {name} = <{what}> under [{table}] (required for kind = \"{}\")",
-            self.kind
-        ),
+            format!("{key} is missing; add {name} = <{what}> under [{table}] (required for kind = \"{}\")", self.kind),
         )
     }
 
     /// A required integer; command runs may leave it out (it reads as 0).
-    pub(super) fn required(
-        &self,
-        key: &str,
-        v: Option<i64>,
-        trains: bool,
-        min: i64,
-        max: i64,
-    ) -> R<i64> {
+    pub(super) fn required(&self, key: &str, v: Option<i64>, trains: bool, min: i64, max: i64) -> R<i64> {
         match v {
             Some(v) => self.int_in(key, v, min, max),
             None if trains => Err(self.missing(key, "a positive integer")),
@@ -83,13 +69,7 @@ impl<'a> Check<'a> {
     }
 
     /// One of a closed set of names, or the default when absent.
-    pub(super) fn choice<T: Copy>(
-        &self,
-        key: &str,
-        v: Option<String>,
-        default: T,
-        options: &[(&str, T)],
-    ) -> R<T> {
+    pub(super) fn choice<T: Copy>(&self, key: &str, v: Option<String>, default: T, options: &[(&str, T)]) -> R<T> {
         let Some(v) = v else { return Ok(default) };
         match options.iter().find(|(name, _)| *name == v) {
             Some((_, value)) => Ok(*value),
@@ -97,11 +77,7 @@ impl<'a> Check<'a> {
                 let valid: Vec<&str> = options.iter().map(|(name, _)| *name).collect();
                 Err(self.invalid(
                     key,
-                    format!(
-                        "{} is not valid; valid: {}",
-                        self.ctx.show(key, format!("{v:?}")),
-                        valid.join(", ")
-                    ),
+                    format!("{} is not valid; valid: {}", self.ctx.show(key, format!("{v:?}")), valid.join(", ")),
                 ))
             }
         }

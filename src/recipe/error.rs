@@ -37,13 +37,7 @@ pub struct RecipeError {
 
 impl RecipeError {
     pub(super) fn new(origin: &str, kind: ErrorKind, key: Option<&str>, message: String) -> Self {
-        RecipeError {
-            origin: origin.to_string(),
-            line_col: None,
-            key: key.map(str::to_string),
-            kind,
-            message,
-        }
+        RecipeError { origin: origin.to_string(), line_col: None, key: key.map(str::to_string), kind, message }
     }
 
     pub(super) fn at(mut self, line: usize, column: usize) -> Self {

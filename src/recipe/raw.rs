@@ -159,13 +159,7 @@ pub(super) const TOP_KEYS: &[(&str, Ty)] = &[("name", Ty::Str), ("kind", Ty::Str
 pub(super) const TABLES: &[(&str, &[(&str, Ty)])] = &[
     (
         "model",
-        &[
-            ("n_layer", Ty::Int),
-            ("n_head", Ty::Int),
-            ("d_model", Ty::Int),
-            ("context", Ty::Int),
-            ("vocab", Ty::Int),
-        ],
+        &[("n_layer", Ty::Int), ("n_head", Ty::Int), ("d_model", Ty::Int), ("context", Ty::Int), ("vocab", Ty::Int)],
     ),
     ("data", &[("source", Ty::Str), ("seed", Ty::Int)]),
     (
@@ -195,44 +189,16 @@ pub(super) const TABLES: &[(&str, &[(&str, Ty)])] = &[
             ("bucket_bytes", Ty::Int),
         ],
     ),
-    (
-        "checkpoint",
-        &[("every", Ty::Int), ("keep", Ty::Int), ("dir", Ty::Str)],
-    ),
-    (
-        "cluster",
-        &[
-            ("hosts", Ty::StrList),
-            ("ranks_per_node", Ty::Int),
-            ("device", Ty::Str),
-        ],
-    ),
-    (
-        "telemetry",
-        &[
-            ("step_interval", Ty::Int),
-            ("sample_interval_ms", Ty::Int),
-            ("enabled", Ty::Bool),
-        ],
-    ),
-    (
-        "fault",
-        &[
-            ("kind", Ty::Str),
-            ("rank", Ty::Int),
-            ("step", Ty::Int),
-            ("slow_pct", Ty::Float),
-        ],
-    ),
+    ("checkpoint", &[("every", Ty::Int), ("keep", Ty::Int), ("dir", Ty::Str)]),
+    ("cluster", &[("hosts", Ty::StrList), ("ranks_per_node", Ty::Int), ("device", Ty::Str)]),
+    ("telemetry", &[("step_interval", Ty::Int), ("sample_interval_ms", Ty::Int), ("enabled", Ty::Bool)]),
+    ("fault", &[("kind", Ty::Str), ("rank", Ty::Int), ("step", Ty::Int), ("slow_pct", Ty::Float)]),
     ("command", &[("argv", Ty::StrList)]),
 ];
 
 /// The keys of a table, if it is one the schema knows.
 pub(super) fn table_keys(table: &str) -> Option<&'static [(&'static str, Ty)]> {
-    TABLES
-        .iter()
-        .find(|(t, _)| *t == table)
-        .map(|(_, keys)| *keys)
+    TABLES.iter().find(|(t, _)| *t == table).map(|(_, keys)| *keys)
 }
 
 /// `a, b, c`: a table's key names for "valid keys" lists.
@@ -241,9 +207,5 @@ pub(super) fn key_names(keys: &[(&str, Ty)]) -> String {
 }
 
 pub(super) fn table_names() -> String {
-    TABLES
-        .iter()
-        .map(|(t, _)| *t)
-        .collect::<Vec<_>>()
-        .join(", ")
+    TABLES.iter().map(|(t, _)| *t).collect::<Vec<_>>().join(", ")
 }

@@ -10,25 +10,16 @@ const DEFAULT_BUCKET_BYTES: i64 = 25 * 1024 * 1024;
 impl Check<'_> {
     pub(super) fn train(&self, raw: RawTrain, trains: bool, device: Device) -> R<Train> {
         let steps = self.required("train.steps", raw.steps, trains, 1, MAX_I64)? as u64;
-        let batch_per_rank = self.required(
-            "train.batch_per_rank",
-            raw.batch_per_rank,
-            trains,
-            1,
-            MAX_U32,
-        )? as u32;
+        let batch_per_rank = self.required("train.batch_per_rank", raw.batch_per_rank, trains, 1, MAX_U32)? as u32;
         let lr = match raw.lr {
             Some(lr) => self.float("train.lr", lr, lr > 0.0, "a positive number, e.g. 3e-4")?,
             None if trains => return Err(self.missing("train.lr", "a positive number, e.g. 3e-4")),
             None => 0.0,
         };
         let min_lr = match raw.min_lr {
-            Some(v) => self.float(
-                "train.min_lr",
-                v,
-                (0.0..=lr).contains(&v),
-                &format!("between 0 and train.lr = {lr}"),
-            )?,
+            Some(v) => {
+                self.float("train.min_lr", v, (0.0..=lr).contains(&v), &format!("between 0 and train.lr = {lr}"))?
+            }
             None => lr / 10.0,
         };
         let warmup = self.int_in("train.warmup", raw.warmup.unwrap_or(0), 0, MAX_I64)? as u64;
@@ -47,36 +38,18 @@ impl Check<'_> {
             "train.schedule",
             raw.schedule,
             Cosine,
-            &[
-                ("constant", Constant),
-                ("cosine", Cosine),
-                ("linear", Linear),
-            ],
+            &[("constant", Constant), ("cosine", Cosine), ("linear", Linear)],
         )?;
         let grad_clip = raw.grad_clip.unwrap_or(1.0);
-        let grad_clip = self.float(
-            "train.grad_clip",
-            grad_clip,
-            grad_clip >= 0.0,
-            "0 (off) or a positive max norm",
-        )?;
+        let grad_clip = self.float("train.grad_clip", grad_clip, grad_clip >= 0.0, "0 (off) or a positive max norm")?;
         let weight_decay = raw.weight_decay.unwrap_or(0.1);
-        let weight_decay = self.float(
-            "train.weight_decay",
-            weight_decay,
-            weight_decay >= 0.0,
-            "0 or more",
-        )?;
+        let weight_decay = self.float("train.weight_decay", weight_decay, weight_decay >= 0.0, "0 or more")?;
         let beta = |key, v: f64| self.float(key, v, (0.0..1.0).contains(&v), "in [0, 1), e.g. 0.9");
         let beta1 = beta("train.beta1", raw.beta1.unwrap_or(0.9))?;
         let beta2 = beta("train.beta2", raw.beta2.unwrap_or(0.95))?;
         let seed = self.int_in("train.seed", raw.seed.unwrap_or(1337), 0, MAX_I64)? as u64;
-        let dtype = self.choice(
-            "train.dtype",
-            raw.dtype,
-            Dtype::Fp32,
-            &[("fp32", Dtype::Fp32), ("bf16", Dtype::Bf16)],
-        )?;
+        let dtype =
+            self.choice("train.dtype", raw.dtype, Dtype::Fp32, &[("fp32", Dtype::Fp32), ("bf16", Dtype::Bf16)])?;
         if trains && dtype == Dtype::Bf16 && device != Device::Cuda {
             return Err(self.invalid("train.dtype", format!(
                 r#"{} needs cluster.device = "cuda" (bf16 autocast runs on GPUs; CPU ranks train in fp32); valid on cpu: fp32"#,
@@ -102,19 +75,20 @@ impl Check<'_> {
     pub(super) fn parallel(&self, raw: RawParallel, cluster: &Cluster) -> R<Parallel> {
         let hosts = cluster.hosts.len() as u64;
         let slots = hosts * u64::from(cluster.ranks_per_node);
-        let data =
-            match raw.data {
-                Some(v) => self.int_in("parallel.data", v, 1, MAX_U32)? as u32,
-                None => u32::try_from(slots).map_err(|_| {
-                    self.invalid(
-                        "cluster.ranks_per_node",
-                        format!(
-                "{} hosts × {} ranks per node is more ranks than Flightdeck counts ({})",
-                hosts, cluster.ranks_per_node, u32::MAX
-            ),
-                    )
-                })?,
-            };
+        let data = match raw.data {
+            Some(v) => self.int_in("parallel.data", v, 1, MAX_U32)? as u32,
+            None => u32::try_from(slots).map_err(|_| {
+                self.invalid(
+                    "cluster.ranks_per_node",
+                    format!(
+                        "{} hosts × {} ranks per node is more ranks than Flightdeck counts ({})",
+                        hosts,
+                        cluster.ranks_per_node,
+                        u32::MAX
+                    ),
+                )
+            })?,
+        };
         if u64::from(data) > slots {
             return Err(self.invalid("parallel.data", format!(
                 "{} is larger than the {slots} rank slots: {hosts} host{} (cluster.hosts) times cluster.ranks_per_node = {}; \
@@ -124,41 +98,29 @@ impl Check<'_> {
                 cluster.ranks_per_node
             )));
         }
-        for (key, v) in [
-            ("parallel.tensor", raw.tensor),
-            ("parallel.pipeline", raw.pipeline),
-        ] {
+        for (key, v) in [("parallel.tensor", raw.tensor), ("parallel.pipeline", raw.pipeline)] {
             if let Some(v) = v.filter(|v| *v != 1) {
                 return Err(self.ctx.err(
                     ErrorKind::Unsupported,
                     key,
-                    format!(
-                        "{}: only data parallelism runs today; valid: 1",
-                        self.ctx.show(key, v)
-                    ),
+                    format!("{}: only data parallelism runs today; valid: 1", self.ctx.show(key, v)),
                 ));
             }
         }
         use CollectiveBackend::*;
-        let backend = self.choice(
-            "parallel.backend",
-            raw.backend,
-            Ring,
-            &[("ring", Ring), ("nccl", Nccl)],
-        )?;
+        let backend = self.choice("parallel.backend", raw.backend, Ring, &[("ring", Ring), ("nccl", Nccl)])?;
         if backend == Nccl && cluster.device != Device::Cuda {
-            return Err(self.invalid("parallel.backend", format!(
-                r#"{} needs cluster.device = "cuda" (NCCL reduces GPU tensors); use backend = "ring" on cpu"#,
-                self.ctx.show("parallel.backend", "\"nccl\"")
-            )));
+            return Err(self.invalid(
+                "parallel.backend",
+                format!(
+                    r#"{} needs cluster.device = "cuda" (NCCL reduces GPU tensors); use backend = "ring" on cpu"#,
+                    self.ctx.show("parallel.backend", "\"nccl\"")
+                ),
+            ));
         }
         let bucket_bytes = raw.bucket_bytes.unwrap_or(DEFAULT_BUCKET_BYTES);
         let bucket_bytes = self.int_in("parallel.bucket_bytes", bucket_bytes, 1, MAX_I64)? as u64;
-        Ok(Parallel {
-            data,
-            backend,
-            bucket_bytes,
-        })
+        Ok(Parallel { data, backend, bucket_bytes })
     }
 
     pub(super) fn checkpoint(&self, raw: RawCheckpoint) -> R<Checkpoint> {
@@ -166,29 +128,22 @@ impl Check<'_> {
         let keep = self.int_in("checkpoint.keep", raw.keep.unwrap_or(3), 1, MAX_U32)? as u32;
         let dir = raw.dir.unwrap_or_else(|| "checkpoints".to_string());
         if dir.trim().is_empty() || dir.chars().any(char::is_control) {
-            return Err(self.invalid("checkpoint.dir", format!(
-                r#"{} is not a directory name; e.g. dir = "checkpoints" (relative to the run's directory)"#,
-                self.ctx.show("checkpoint.dir", format!("{dir:?}"))
-            )));
+            return Err(self.invalid(
+                "checkpoint.dir",
+                format!(
+                    r#"{} is not a directory name; e.g. dir = "checkpoints" (relative to the run's directory)"#,
+                    self.ctx.show("checkpoint.dir", format!("{dir:?}"))
+                ),
+            ));
         }
         Ok(Checkpoint { every, keep, dir })
     }
 
     pub(super) fn telemetry(&self, raw: RawTelemetry) -> R<Telemetry> {
-        let step_interval = self.int_in(
-            "telemetry.step_interval",
-            raw.step_interval.unwrap_or(1),
-            1,
-            MAX_I64,
-        )? as u64;
+        let step_interval = self.int_in("telemetry.step_interval", raw.step_interval.unwrap_or(1), 1, MAX_I64)? as u64;
         let key = "telemetry.sample_interval_ms";
-        let sample_interval_ms =
-            self.int_in(key, raw.sample_interval_ms.unwrap_or(1000), 100, MAX_I64)? as u64;
-        Ok(Telemetry {
-            step_interval,
-            sample_interval_ms,
-            enabled: raw.enabled.unwrap_or(true),
-        })
+        let sample_interval_ms = self.int_in(key, raw.sample_interval_ms.unwrap_or(1000), 100, MAX_I64)? as u64;
+        Ok(Telemetry { step_interval, sample_interval_ms, enabled: raw.enabled.unwrap_or(true) })
     }
 
     pub(super) fn command(&self, raw: Option<RawCommand>, kind: Kind) -> R<Option<Command>> {
@@ -203,19 +158,12 @@ impl Check<'_> {
             };
         }
         let Some(argv) = raw.and_then(|c| c.argv) else {
-            let message = format!(
-                r#"command.argv is missing; kind = "command" runs it on every rank: add {example}"#
-            );
+            let message = format!(r#"command.argv is missing; kind = "command" runs it on every rank: add {example}"#);
             return Err(self.ctx.err(ErrorKind::Missing, "command.argv", message));
         };
-        let shown = self
-            .ctx
-            .show("command.argv", toml::Value::from(argv.clone()));
+        let shown = self.ctx.show("command.argv", toml::Value::from(argv.clone()));
         if argv.first().is_none_or(|program| program.trim().is_empty()) {
-            return Err(self.invalid(
-                "command.argv",
-                format!("{shown} names no program; e.g. {example}"),
-            ));
+            return Err(self.invalid("command.argv", format!("{shown} names no program; e.g. {example}")));
         }
         if argv.iter().any(|a| a.contains('\0')) {
             return Err(self.invalid(
@@ -232,10 +180,7 @@ impl Check<'_> {
         if hosts.is_empty() {
             return Err(self.invalid(
                 "cluster.hosts",
-                format!(
-                    "{} lists no host; {forms}, e.g. hosts = [\"local\"]",
-                    self.ctx.show("cluster.hosts", "[]")
-                ),
+                format!("{} lists no host; {forms}, e.g. hosts = [\"local\"]", self.ctx.show("cluster.hosts", "[]")),
             ));
         }
         for (i, host) in hosts.iter().enumerate() {
@@ -244,8 +189,7 @@ impl Check<'_> {
                     "cluster.hosts",
                     format!(
                         "{} {problem}; {forms}",
-                        self.ctx
-                            .show(&format!("cluster.hosts[{i}]"), format!("{host:?}"))
+                        self.ctx.show(&format!("cluster.hosts[{i}]"), format!("{host:?}"))
                     ),
                 ));
             }
@@ -255,23 +199,10 @@ impl Check<'_> {
                 )));
             }
         }
-        let rpn = self.int_in(
-            "cluster.ranks_per_node",
-            raw.ranks_per_node.unwrap_or(1),
-            1,
-            MAX_U32,
-        )? as u32;
-        let device = self.choice(
-            "cluster.device",
-            raw.device,
-            Device::Cpu,
-            &[("cpu", Device::Cpu), ("cuda", Device::Cuda)],
-        )?;
-        Ok(Cluster {
-            hosts,
-            ranks_per_node: rpn,
-            device,
-        })
+        let rpn = self.int_in("cluster.ranks_per_node", raw.ranks_per_node.unwrap_or(1), 1, MAX_U32)? as u32;
+        let device =
+            self.choice("cluster.device", raw.device, Device::Cpu, &[("cpu", Device::Cpu), ("cuda", Device::Cuda)])?;
+        Ok(Cluster { hosts, ranks_per_node: rpn, device })
     }
 
     pub(super) fn fault(&self, raw: RawFault, world: u32, train: &Train, trains: bool) -> R<Fault> {
@@ -296,22 +227,20 @@ impl Check<'_> {
         // Steps count from 1 (the first optimizer update), as `ids::Step` does.
         let step = self.int_in("fault.step", raw.step.unwrap_or(1), 1, MAX_I64)? as u64;
         if trains && kind != F::None && step > train.steps {
-            return Err(self.invalid("fault.step", format!(
-                "{} is after the last step ({}), so the fault would never fire; choose fault.step from 1 to {}",
-                self.ctx.show("fault.step", step),
-                self.ctx.show("train.steps", train.steps),
-                train.steps
-            )));
+            return Err(self.invalid(
+                "fault.step",
+                format!(
+                    "{} is after the last step ({}), so the fault would never fire; choose fault.step from 1 to {}",
+                    self.ctx.show("fault.step", step),
+                    self.ctx.show("train.steps", train.steps),
+                    train.steps
+                ),
+            ));
         }
         let slow_pct = raw.slow_pct.unwrap_or(50.0);
         let valid = "a positive percentage (50 = the slow rank's steps take 1.5x as long)";
         let slow_pct = self.float("fault.slow_pct", slow_pct, slow_pct > 0.0, valid)?;
-        Ok(Fault {
-            kind,
-            rank,
-            step,
-            slow_pct,
-        })
+        Ok(Fault { kind, rank, step, slow_pct })
     }
 }
 

@@ -74,22 +74,11 @@ fn every_shipped_recipe_loads() {
 fn tiny_gpt_is_the_documented_default() {
     let r = load_file(&root().join("recipes/tiny-gpt.toml"), &[]).expect("tiny-gpt loads");
     assert_eq!((r.name.as_str(), r.kind), ("tiny-gpt", Kind::Pretrain));
-    assert_eq!(
-        r.data.source,
-        DataSource::Synthetic {
-            generator: "arith".into()
-        }
-    );
+    assert_eq!(r.data.source, DataSource::Synthetic { generator: "arith".into() });
     let m = &r.model;
-    assert_eq!(
-        (m.n_layer, m.n_head, m.d_model, m.context, m.vocab),
-        (2, 4, 128, 64, 16)
-    );
+    assert_eq!((m.n_layer, m.n_head, m.d_model, m.context, m.vocab), (2, 4, 128, 64, 16));
     let t = &r.train;
-    assert_eq!(
-        (t.steps, t.batch_per_rank, t.lr, t.warmup),
-        (200, 16, 3e-3, 20)
-    );
+    assert_eq!((t.steps, t.batch_per_rank, t.lr, t.warmup), (200, 16, 3e-3, 20));
     assert_eq!((t.schedule, t.grad_clip), (Schedule::Cosine, 1.0));
     assert_eq!(r.cluster.hosts, vec!["local".to_string()]);
     assert_eq!((r.cluster.ranks_per_node, r.world_size()), (2, 2));
@@ -103,51 +92,24 @@ fn defaults_fill_every_optional_key() {
     assert_eq!(r.data.seed, 0);
     let t = &r.train;
     assert!((t.min_lr - 3e-4).abs() < 1e-12);
-    assert_eq!(
-        (t.warmup, t.schedule, t.grad_clip, t.seed, t.dtype),
-        (0, Schedule::Cosine, 1.0, 1337, Dtype::Fp32)
-    );
+    assert_eq!((t.warmup, t.schedule, t.grad_clip, t.seed, t.dtype), (0, Schedule::Cosine, 1.0, 1337, Dtype::Fp32));
     assert_eq!((t.weight_decay, t.beta1, t.beta2), (0.1, 0.9, 0.95));
     let p = &r.parallel;
+    assert_eq!((p.data, p.backend, p.bucket_bytes), (1, CollectiveBackend::Ring, 25 * 1024 * 1024));
+    assert_eq!((r.checkpoint.every, r.checkpoint.keep, r.checkpoint.dir.as_str()), (0, 3, "checkpoints"));
     assert_eq!(
-        (p.data, p.backend, p.bucket_bytes),
-        (1, CollectiveBackend::Ring, 25 * 1024 * 1024)
-    );
-    assert_eq!(
-        (
-            r.checkpoint.every,
-            r.checkpoint.keep,
-            r.checkpoint.dir.as_str()
-        ),
-        (0, 3, "checkpoints")
-    );
-    assert_eq!(
-        (
-            r.cluster.hosts.clone(),
-            r.cluster.ranks_per_node,
-            r.cluster.device
-        ),
+        (r.cluster.hosts.clone(), r.cluster.ranks_per_node, r.cluster.device),
         (vec!["local".to_string()], 1, Device::Cpu)
     );
     let tel = &r.telemetry;
-    assert_eq!(
-        (tel.step_interval, tel.sample_interval_ms, tel.enabled),
-        (1, 1000, true)
-    );
-    assert_eq!(
-        (r.fault.kind, r.fault.rank, r.fault.step, r.fault.slow_pct),
-        (FaultKind::None, 0, 1, 50.0)
-    );
+    assert_eq!((tel.step_interval, tel.sample_interval_ms, tel.enabled), (1, 1000, true));
+    assert_eq!((r.fault.kind, r.fault.rank, r.fault.step, r.fault.slow_pct), (FaultKind::None, 0, 1, 50.0));
     assert_eq!(r.command, None);
 }
 
 #[test]
 fn world_size_defaults_to_hosts_times_ranks_per_node() {
-    let r = with_set(&[
-        r#"cluster.hosts=["node-a", "user@node-b:2222"]"#,
-        "cluster.ranks_per_node=4",
-    ])
-    .expect("loads");
+    let r = with_set(&[r#"cluster.hosts=["node-a", "user@node-b:2222"]"#, "cluster.ranks_per_node=4"]).expect("loads");
     assert_eq!(r.world_size(), 8);
     assert!(!r.is_local());
 }
@@ -156,63 +118,29 @@ fn world_size_defaults_to_hosts_times_ranks_per_node() {
 fn command_recipes_need_no_model() {
     let text = "name = \"c\"\nkind = \"command\"\n[command]\nargv = [\"python\", \"train.py\"]\n";
     let r = parse_str(text, "c.toml", &[]).expect("command recipe loads");
-    assert_eq!(
-        r.command,
-        Some(Command {
-            argv: vec!["python".into(), "train.py".into()]
-        })
-    );
+    assert_eq!(r.command, Some(Command { argv: vec!["python".into(), "train.py".into()] }));
 }
 
 #[test]
 fn file_sources_resolve_against_the_recipe_directory() {
-    let text = MINIMAL
-        .replace("synthetic:arith", "file:data/corpus.txt")
-        .replace("vocab = 16", "vocab = 256");
+    let text = MINIMAL.replace("synthetic:arith", "file:data/corpus.txt").replace("vocab = 16", "vocab = 256");
     let r = parse_str(&text, "recipes/t.toml", &[]).expect("loads");
-    assert_eq!(
-        r.data.source,
-        DataSource::File {
-            path: PathBuf::from("recipes/data/corpus.txt")
-        }
-    );
-    let r = parse_str(
-        &text.replace("data/corpus", "/srv/corpus"),
-        "recipes/t.toml",
-        &[],
-    )
-    .expect("loads");
-    assert_eq!(
-        r.data.source,
-        DataSource::File {
-            path: PathBuf::from("/srv/corpus.txt")
-        }
-    );
+    assert_eq!(r.data.source, DataSource::File { path: PathBuf::from("recipes/data/corpus.txt") });
+    let r = parse_str(&text.replace("data/corpus", "/srv/corpus"), "recipes/t.toml", &[]).expect("loads");
+    assert_eq!(r.data.source, DataSource::File { path: PathBuf::from("/srv/corpus.txt") });
 
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("r.toml");
     std::fs::write(&file, &text).expect("write");
     let r = load_file(&file, &[]).expect("loads");
-    assert_eq!(
-        r.data.source,
-        DataSource::File {
-            path: dir.path().join("data/corpus.txt")
-        }
-    );
+    assert_eq!(r.data.source, DataSource::File { path: dir.path().join("data/corpus.txt") });
 }
 
 #[test]
 fn file_sources_need_the_byte_vocabulary() {
     let text = MINIMAL.replace("synthetic:arith", "file:corpus.txt");
     let e = parse_str(&text, "t.toml", &[]).expect_err("vocab 16 < 256");
-    assert_mentions(
-        &e,
-        &[
-            "t.toml: model.vocab = 16 is smaller than the 256",
-            "file:corpus.txt",
-            "256 or more",
-        ],
-    );
+    assert_mentions(&e, &["t.toml: model.vocab = 16 is smaller than the 256", "file:corpus.txt", "256 or more"]);
 }
 
 // --- --set overrides ---
@@ -231,10 +159,7 @@ fn set_overrides_parse_toml_values_and_bare_strings() {
     ])
     .expect("overrides apply");
     assert_eq!((r.train.steps, r.train.lr), (70, 3e-4));
-    assert_eq!(
-        (r.cluster.device, r.parallel.backend),
-        (Device::Cuda, CollectiveBackend::Nccl)
-    );
+    assert_eq!((r.cluster.device, r.parallel.backend), (Device::Cuda, CollectiveBackend::Nccl));
     assert_eq!((r.name.as_str(), r.telemetry.enabled), ("2024", false));
 }
 
@@ -248,13 +173,7 @@ fn set_can_add_a_table_the_file_lacks() {
 fn set_unknown_key_names_the_key_and_the_valid_ones() {
     let e = with_set(&["foo.bar=1"]).expect_err("no table foo");
     assert_eq!(e.kind(), ErrorKind::BadOverride);
-    assert_mentions(
-        &e,
-        &[
-            "recipes/t.toml: --set foo.bar=1: unknown key foo.bar",
-            "valid tables: model, data, train",
-        ],
-    );
+    assert_mentions(&e, &["recipes/t.toml: --set foo.bar=1: unknown key foo.bar", "valid tables: model, data, train"]);
     let e = with_set(&["model.n_heads=4"]).expect_err("no key n_heads");
     assert_mentions(
         &e,
@@ -282,55 +201,34 @@ fn set_unparsable_value_says_how_to_write_one() {
     let e = with_set(&["train.steps"]).expect_err("no =");
     assert_mentions(&e, &["--set train.steps: expected KEY=VALUE"]);
     let e = with_set(&["train.steps="]).expect_err("no value");
-    assert_mentions(
-        &e,
-        &["--set train.steps=: no value", "e.g. --set train.steps=60"],
-    );
+    assert_mentions(&e, &["--set train.steps=: no value", "e.g. --set train.steps=60"]);
 }
 
 #[test]
 fn set_wrong_type_names_key_got_and_expected() {
     let e = with_set(&["train.steps=many"]).expect_err("not an integer");
-    assert_eq!(
-        (e.kind(), e.key()),
-        (ErrorKind::WrongType, Some("train.steps"))
-    );
-    assert_mentions(
-        &e,
-        &["--set train.steps=many: train.steps must be an integer, got a string \"many\""],
-    );
+    assert_eq!((e.kind(), e.key()), (ErrorKind::WrongType, Some("train.steps")));
+    assert_mentions(&e, &["--set train.steps=many: train.steps must be an integer, got a string \"many\""]);
 }
 
 #[test]
 fn set_values_are_validated_and_marked() {
     let e = with_set(&["train.steps=-5"]).expect_err("negative");
-    assert_mentions(
-        &e,
-        &["recipes/t.toml: train.steps = -5 (from --set) must be a positive integer"],
-    );
+    assert_mentions(&e, &["recipes/t.toml: train.steps = -5 (from --set) must be a positive integer"]);
 }
 
 #[test]
 fn command_table_only_with_command_kind() {
     let text = format!("{MINIMAL}[command]\nargv = [\"x\"]\n");
     let e = parse_str(&text, "t.toml", &[]).expect_err("command table on pretrain");
-    assert_mentions(
-        &e,
-        &[
-            "[command] is only read when kind = \"command\"",
-            "kind = \"pretrain\"",
-        ],
-    );
+    assert_mentions(&e, &["[command] is only read when kind = \"command\"", "kind = \"pretrain\""]);
 }
 
 #[test]
 fn missing_file_lists_the_recipes_beside_it() {
     let e = load_file(&root().join("recipes/tiny-gtp.toml"), &[]).expect_err("typo");
     assert_eq!(e.kind(), ErrorKind::Io);
-    assert_mentions(
-        &e,
-        &["recipes/tiny-gtp.toml: no such file", "tiny-gpt.toml"],
-    );
+    assert_mentions(&e, &["recipes/tiny-gtp.toml: no such file", "tiny-gpt.toml"]);
 }
 
 #[test]
@@ -349,20 +247,13 @@ fn schema_and_raw_structs_name_the_same_keys() {
     };
     let json = serde_json::to_value(&full).expect("serialises");
     let obj = json.as_object().expect("object");
-    let mut top: Vec<&str> = obj
-        .iter()
-        .filter(|(_, v)| !v.is_object())
-        .map(|(k, _)| k.as_str())
-        .collect();
+    let mut top: Vec<&str> = obj.iter().filter(|(_, v)| !v.is_object()).map(|(k, _)| k.as_str()).collect();
     let mut want: Vec<&str> = TOP_KEYS.iter().map(|(k, _)| *k).collect();
     top.sort();
     want.sort();
     assert_eq!(top, want);
     for (table, keys) in TABLES {
-        let section = obj
-            .get(*table)
-            .and_then(|v| v.as_object())
-            .unwrap_or_else(|| panic!("no raw [{table}]"));
+        let section = obj.get(*table).and_then(|v| v.as_object()).unwrap_or_else(|| panic!("no raw [{table}]"));
         let mut got: Vec<&str> = section.keys().map(String::as_str).collect();
         let mut want: Vec<&str> = keys.iter().map(|(k, _)| *k).collect();
         got.sort();
@@ -378,10 +269,7 @@ fn docs_name_every_key() {
     for (table, keys) in TABLES {
         assert!(docs.contains(&format!("[{table}]")), "docs lack [{table}]");
         for (key, _) in *keys {
-            assert!(
-                docs.contains(&format!("`{table}.{key}`")),
-                "docs lack `{table}.{key}`"
-            );
+            assert!(docs.contains(&format!("`{table}.{key}`")), "docs lack `{table}.{key}`");
         }
     }
 }

@@ -52,12 +52,7 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
 fn snippet(text: &str, line: usize, col: usize) -> String {
     let src = text.lines().nth(line - 1).unwrap_or("");
     let gutter = line.to_string().len();
-    format!(
-        "{:gutter$} |\n{line} | {src}\n{:gutter$} | {}^",
-        "",
-        "",
-        " ".repeat(col - 1)
-    )
+    format!("{:gutter$} |\n{line} | {src}\n{:gutter$} | {}^", "", "", " ".repeat(col - 1))
 }
 
 /// Checks every key against the schema and every value's type; widens integers given for floats.
@@ -94,10 +89,8 @@ fn check_file_value(ctx: &Ctx, key: &str, value: &mut Value, ty: Ty) -> Result<(
     match type_problem(value, ty) {
         None => Ok(()),
         Some(p) => {
-            let message = format!(
-                "{key}{} = {} has the wrong type: expected {}, got {}",
-                p.at, p.shown, p.expected, p.got
-            );
+            let message =
+                format!("{key}{} = {} has the wrong type: expected {}, got {}", p.at, p.shown, p.expected, p.got);
             Err(ctx.err(ErrorKind::WrongType, key, message))
         }
     }
@@ -112,12 +105,7 @@ struct TypeProblem {
 }
 
 fn type_problem(value: &mut Value, ty: Ty) -> Option<TypeProblem> {
-    let problem = |at: String, v: &Value, expected| TypeProblem {
-        at,
-        shown: brief(v),
-        expected,
-        got: a_type(v),
-    };
+    let problem = |at: String, v: &Value, expected| TypeProblem { at, shown: brief(v), expected, got: a_type(v) };
     match (ty, &*value) {
         (Ty::Str, Value::String(_)) | (Ty::Int, Value::Integer(_)) => None,
         (Ty::Float, Value::Float(_)) | (Ty::Bool, Value::Boolean(_)) => None,
@@ -125,11 +113,9 @@ fn type_problem(value: &mut Value, ty: Ty) -> Option<TypeProblem> {
             *value = Value::Float(*i as f64);
             None
         }
-        (Ty::StrList, Value::Array(items)) => items
-            .iter()
-            .enumerate()
-            .find(|(_, v)| !v.is_str())
-            .map(|(i, v)| problem(format!("[{i}]"), v, "a string")),
+        (Ty::StrList, Value::Array(items)) => {
+            items.iter().enumerate().find(|(_, v)| !v.is_str()).map(|(i, v)| problem(format!("[{i}]"), v, "a string"))
+        }
         (Ty::Int, Value::Float(f)) if f.fract() == 0.0 && f.is_finite() => Some(TypeProblem {
             expected: "an integer (write it without a decimal point or exponent)",
             ..problem(String::new(), value, "")
@@ -161,24 +147,14 @@ fn brief(value: &Value) -> String {
 }
 
 fn unknown_top(key: &str) -> String {
-    let hint = match TABLES
-        .iter()
-        .find(|(_, keys)| keys.iter().any(|(k, _)| *k == key))
-    {
+    let hint = match TABLES.iter().find(|(_, keys)| keys.iter().any(|(k, _)| *k == key)) {
         Some((table, _)) => format!(" (did you mean {table}.{key}?)"),
         None => {
-            let names = TOP_KEYS
-                .iter()
-                .map(|(k, _)| *k)
-                .chain(TABLES.iter().map(|(t, _)| *t));
+            let names = TOP_KEYS.iter().map(|(k, _)| *k).chain(TABLES.iter().map(|(t, _)| *t));
             did_you_mean(key, names)
         }
     };
-    format!(
-        "unknown key {key}{hint}; valid top-level keys: {}; valid tables: {}",
-        key_names(TOP_KEYS),
-        table_names()
-    )
+    format!("unknown key {key}{hint}; valid top-level keys: {}; valid tables: {}", key_names(TOP_KEYS), table_names())
 }
 
 fn unknown_in(table: &str, key: &str) -> String {
@@ -187,10 +163,7 @@ fn unknown_in(table: &str, key: &str) -> String {
     if hint.is_empty() && TOP_KEYS.iter().any(|(k, _)| *k == key) {
         hint = format!(" ({key} is a top-level key: move it above the first [table])");
     }
-    format!(
-        "unknown key {table}.{key}{hint}; valid keys in [{table}]: {}",
-        key_names(keys)
-    )
+    format!("unknown key {table}.{key}{hint}; valid keys in [{table}]: {}", key_names(keys))
 }
 
 /// ` (did you mean X?)` for the closest name within two edits, else empty.
@@ -210,9 +183,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
         let mut diag = row[0];
         row[0] = i + 1;
         for (j, cb) in b.iter().enumerate() {
-            let next = (diag + usize::from(ca != *cb))
-                .min(row[j] + 1)
-                .min(row[j + 1] + 1);
+            let next = (diag + usize::from(ca != *cb)).min(row[j] + 1).min(row[j + 1] + 1);
             diag = row[j + 1];
             row[j + 1] = next;
         }
@@ -223,32 +194,18 @@ fn edit_distance(a: &str, b: &str) -> usize {
 /// Applies `--set KEY=VALUE` arguments in order (the last one for a key wins). VALUE is a TOML
 /// value; a bare word that is not one (`cluster.device=cuda`) is taken as a string, and so is
 /// any value given for a string key (`name=2024`).
-pub(super) fn apply_overrides(
-    doc: &mut Table,
-    overrides: &[String],
-    ctx: &mut Ctx,
-) -> Result<(), RecipeError> {
+pub(super) fn apply_overrides(doc: &mut Table, overrides: &[String], ctx: &mut Ctx) -> Result<(), RecipeError> {
     for arg in overrides {
         let bad = |message: String| {
-            RecipeError::new(
-                ctx.origin,
-                ErrorKind::BadOverride,
-                None,
-                format!("--set {arg}: {message}"),
-            )
+            RecipeError::new(ctx.origin, ErrorKind::BadOverride, None, format!("--set {arg}: {message}"))
         };
         let Some((key, text)) = arg.split_once('=') else {
-            return Err(bad(
-                "expected KEY=VALUE, e.g. --set train.steps=60".to_string()
-            ));
+            return Err(bad("expected KEY=VALUE, e.g. --set train.steps=60".to_string()));
         };
         let (key, text) = (key.trim(), text.trim());
         let (table, name, ty) = resolve_key(key).map_err(&bad)?;
         if text.is_empty() {
-            return Err(bad(format!(
-                "no value after '='; e.g. --set {key}={}",
-                ty.example()
-            )));
+            return Err(bad(format!("no value after '='; e.g. --set {key}={}", ty.example())));
         }
         let mut value = match Value::deserialize(toml::de::ValueDeserializer::new(text)) {
             Ok(Value::String(s)) => Value::String(s),
@@ -272,28 +229,15 @@ pub(super) fn apply_overrides(
                 p.shown,
                 ty.example()
             );
-            return Err(RecipeError::new(
-                ctx.origin,
-                ErrorKind::WrongType,
-                Some(key),
-                message,
-            ));
+            return Err(RecipeError::new(ctx.origin, ErrorKind::WrongType, Some(key), message));
         }
         let slot = match table {
             None => Some(&mut *doc),
-            Some(t) => doc
-                .entry(t)
-                .or_insert_with(|| Value::Table(Table::new()))
-                .as_table_mut(),
+            Some(t) => doc.entry(t).or_insert_with(|| Value::Table(Table::new())).as_table_mut(),
         };
         match slot {
             Some(slot) => slot.insert(name.to_string(), value),
-            None => {
-                return Err(bad(format!(
-                    "[{}] in the file is not a table",
-                    table.unwrap_or("")
-                )))
-            }
+            None => return Err(bad(format!("[{}] in the file is not a table", table.unwrap_or("")))),
         };
         ctx.set_by.insert(key.to_string(), arg.clone());
     }
@@ -320,10 +264,7 @@ fn resolve_key(key: &str) -> Result<(Option<&'static str>, &'static str, Ty), St
         [table, name] => {
             let Some((t, keys)) = TABLES.iter().find(|(t, _)| t == table) else {
                 let hint = did_you_mean(table, TABLES.iter().map(|(t, _)| *t));
-                return Err(format!(
-                    "unknown key {key}: no table [{table}]{hint}; valid tables: {}",
-                    table_names()
-                ));
+                return Err(format!("unknown key {key}: no table [{table}]{hint}; valid tables: {}", table_names()));
             };
             match keys.iter().find(|(k, _)| k == name) {
                 Some((k, ty)) => Ok((Some(*t), *k, *ty)),

@@ -21,9 +21,7 @@ pub fn parse_str(text: &str, origin: &str, overrides: &[String]) -> Result<Recip
 pub fn load_file(path: &Path, overrides: &[String]) -> Result<Recipe, RecipeError> {
     let origin = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|e| read_error(path, &origin, &e))?;
-    let base = std::path::absolute(path)
-        .ok()
-        .and_then(|p| p.parent().map(Path::to_path_buf));
+    let base = std::path::absolute(path).ok().and_then(|p| p.parent().map(Path::to_path_buf));
     parse_with_base(&text, &origin, base.as_deref(), overrides)
 }
 
@@ -31,10 +29,7 @@ fn read_error(path: &Path, origin: &str, e: &std::io::Error) -> RecipeError {
     let message = match e.kind() {
         std::io::ErrorKind::InvalidData => "is not UTF-8 text; recipes are UTF-8 TOML".to_string(),
         std::io::ErrorKind::NotFound => {
-            let dir = path
-                .parent()
-                .filter(|d| !d.as_os_str().is_empty())
-                .unwrap_or(Path::new("."));
+            let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
             let mut found: Vec<String> = std::fs::read_dir(dir)
                 .into_iter()
                 .flatten()
@@ -44,15 +39,8 @@ fn read_error(path: &Path, origin: &str, e: &std::io::Error) -> RecipeError {
                 .collect();
             found.sort();
             match found.is_empty() {
-                true => format!(
-                    "no such file; there are no .toml recipes in {}",
-                    dir.display()
-                ),
-                false => format!(
-                    "no such file; recipes in {}: {}",
-                    dir.display(),
-                    found.join(", ")
-                ),
+                true => format!("no such file; there are no .toml recipes in {}", dir.display()),
+                false => format!("no such file; recipes in {}: {}", dir.display(), found.join(", ")),
             }
         }
         _ => format!("cannot read the recipe: {e}"),
@@ -60,30 +48,17 @@ fn read_error(path: &Path, origin: &str, e: &std::io::Error) -> RecipeError {
     RecipeError::new(origin, ErrorKind::Io, None, message)
 }
 
-fn parse_with_base(
-    text: &str,
-    origin: &str,
-    base: Option<&Path>,
-    overrides: &[String],
-) -> Result<Recipe, RecipeError> {
+fn parse_with_base(text: &str, origin: &str, base: Option<&Path>, overrides: &[String]) -> Result<Recipe, RecipeError> {
     let mut doc = tree::parse_document(text, origin)?;
-    let mut ctx = Ctx {
-        origin,
-        set_by: BTreeMap::new(),
-    };
+    let mut ctx = Ctx { origin, set_by: BTreeMap::new() };
     tree::check_schema(&mut doc, &ctx)?;
     tree::apply_overrides(&mut doc, overrides, &mut ctx)?;
     // The schema check has vetted every key and type, so serde failing here means the schema
     // and the raw structs disagree: a bug, reported rather than panicked on.
-    let raw: RawRecipe = toml::Value::Table(doc)
-        .try_into()
-        .map_err(|e: toml::de::Error| {
-            let message = format!(
-                "internal error: schema and raw structs disagree: {}",
-                e.message()
-            );
-            RecipeError::new(origin, ErrorKind::WrongType, None, message)
-        })?;
+    let raw: RawRecipe = toml::Value::Table(doc).try_into().map_err(|e: toml::de::Error| {
+        let message = format!("internal error: schema and raw structs disagree: {}", e.message());
+        RecipeError::new(origin, ErrorKind::WrongType, None, message)
+    })?;
     Check::new(&ctx, base).recipe(raw)
 }
 
@@ -103,32 +78,15 @@ impl Check<'_> {
         let telemetry = self.telemetry(raw.telemetry.unwrap_or_default())?;
         let fault = self.fault(raw.fault.unwrap_or_default(), parallel.data, &train, trains)?;
         let command = self.command(raw.command, kind)?;
-        Ok(Recipe {
-            name,
-            kind,
-            model,
-            data,
-            train,
-            parallel,
-            checkpoint,
-            cluster,
-            telemetry,
-            fault,
-            command,
-        })
+        Ok(Recipe { name, kind, model, data, train, parallel, checkpoint, cluster, telemetry, fault, command })
     }
 
     fn name(&self, name: Option<String>) -> R<String> {
         let Some(name) = name else {
             let message = r#"name is missing; add name = "my-run" at the top of the file, above the first [table]"#;
-            return Err(self
-                .ctx
-                .err(ErrorKind::Missing, "name", message.to_string()));
+            return Err(self.ctx.err(ErrorKind::Missing, "name", message.to_string()));
         };
-        let ok = (1..=64).contains(&name.len())
-            && name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+        let ok = (1..=64).contains(&name.len()) && name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
         match ok {
             true => Ok(name),
             false => Err(self.invalid(
@@ -143,27 +101,15 @@ impl Check<'_> {
 
     fn kind(&mut self, kind: Option<String>) -> R<Kind> {
         use Kind::*;
-        let options = [
-            ("pretrain", Pretrain),
-            ("sft", Sft),
-            ("dpo", Dpo),
-            ("grpo", Grpo),
-            ("command", Command),
-        ];
+        let options = [("pretrain", Pretrain), ("sft", Sft), ("dpo", Dpo), ("grpo", Grpo), ("command", Command)];
         let kind = self.choice("kind", kind, Pretrain, &options)?;
-        self.kind = options
-            .iter()
-            .find(|(_, k)| *k == kind)
-            .map_or("pretrain", |(n, _)| n);
+        self.kind = options.iter().find(|(_, k)| *k == kind).map_or("pretrain", |(n, _)| n);
         match kind {
             Pretrain | Command => Ok(kind),
             Sft | Dpo | Grpo => Err(self.ctx.err(
                 ErrorKind::Unsupported,
                 "kind",
-                format!(
-                    "kind = \"{}\" has no trainer yet; valid today: pretrain, command",
-                    self.kind
-                ),
+                format!("kind = \"{}\" has no trainer yet; valid today: pretrain, command", self.kind),
             )),
         }
     }
@@ -195,27 +141,25 @@ impl Check<'_> {
         let seed = self.int_in("data.seed", raw.seed.unwrap_or(0), 0, MAX_I64)? as u64;
         let source = match raw.source {
             Some(s) => self.source(&s)?,
-            None if trains => {
-                return Err(self.missing("data.source", r#""synthetic:arith" or "file:<path>""#))
-            }
+            None if trains => return Err(self.missing("data.source", r#""synthetic:arith" or "file:<path>""#)),
             // Unused by command runs; any valid value will do.
-            None => DataSource::Synthetic {
-                generator: first_generator(),
-            },
+            None => DataSource::Synthetic { generator: first_generator() },
         };
         let needs = match &source {
-            DataSource::Synthetic { generator } => SYNTHETIC_GENERATORS
-                .iter()
-                .find(|(g, _)| g == generator)
-                .map_or(0, |(_, vocab)| *vocab),
+            DataSource::Synthetic { generator } => {
+                SYNTHETIC_GENERATORS.iter().find(|(g, _)| g == generator).map_or(0, |(_, vocab)| *vocab)
+            }
             DataSource::File { .. } => FILE_VOCAB,
         };
         if trains && model.vocab < needs {
             let shown = self.ctx.show("model.vocab", model.vocab);
             let from = self.ctx.show("data.source", self.source_text(&source));
-            return Err(self.invalid("model.vocab", format!(
+            return Err(self.invalid(
+                "model.vocab",
+                format!(
                 "{shown} is smaller than the {needs} token ids that {from} produces; set model.vocab to {needs} or more"
-            )));
+            ),
+            ));
         }
         Ok(Data { source, seed })
     }
@@ -223,31 +167,24 @@ impl Check<'_> {
     fn source(&self, text: &str) -> R<DataSource> {
         let shown = self.ctx.show("data.source", format!("{text:?}"));
         let generators = || {
-            let names: Vec<String> = SYNTHETIC_GENERATORS
-                .iter()
-                .map(|(g, _)| format!("synthetic:{g}"))
-                .collect();
+            let names: Vec<String> = SYNTHETIC_GENERATORS.iter().map(|(g, _)| format!("synthetic:{g}")).collect();
             names.join(", ")
         };
         if let Some(generator) = text.strip_prefix("synthetic:") {
             return match SYNTHETIC_GENERATORS.iter().any(|(g, _)| *g == generator) {
-                true => Ok(DataSource::Synthetic {
-                    generator: generator.to_string(),
-                }),
-                false => Err(self.invalid(
-                    "data.source",
-                    format!(
-                        "{shown} names no shipped generator; valid: {}",
-                        generators()
-                    ),
-                )),
+                true => Ok(DataSource::Synthetic { generator: generator.to_string() }),
+                false => {
+                    Err(self
+                        .invalid("data.source", format!("{shown} names no shipped generator; valid: {}", generators())))
+                }
             };
         }
         if let Some(path) = text.strip_prefix("file:") {
             if path.trim().is_empty() {
-                return Err(self.invalid("data.source", format!(
-                    r#"{shown} has no path; e.g. "file:data/corpus.txt" (relative to the recipe's directory)"#
-                )));
+                return Err(self.invalid(
+                    "data.source",
+                    format!(r#"{shown} has no path; e.g. "file:data/corpus.txt" (relative to the recipe's directory)"#),
+                ));
             }
             let path = PathBuf::from(path);
             let path = match (path.is_relative(), self.base) {
@@ -256,10 +193,13 @@ impl Check<'_> {
             };
             return Ok(DataSource::File { path });
         }
-        Err(self.invalid("data.source", format!(
-            r#"{shown} is not a data source; valid: "synthetic:<generator>" ({}) or "file:<path>""#,
-            generators()
-        )))
+        Err(self.invalid(
+            "data.source",
+            format!(
+                r#"{shown} is not a data source; valid: "synthetic:<generator>" ({}) or "file:<path>""#,
+                generators()
+            ),
+        ))
     }
 
     fn source_text(&self, source: &DataSource) -> String {
@@ -272,10 +212,8 @@ impl Check<'_> {
 
 /// `1, 2, 4, 8, ...`: the head counts that divide `d_model`, for the n_head message.
 fn divisors(d_model: u32) -> String {
-    let mut all: Vec<u32> = (1..=d_model.isqrt())
-        .filter(|h| d_model.is_multiple_of(*h))
-        .flat_map(|h| [h, d_model / h])
-        .collect();
+    let mut all: Vec<u32> =
+        (1..=d_model.isqrt()).filter(|h| d_model.is_multiple_of(*h)).flat_map(|h| [h, d_model / h]).collect();
     all.sort_unstable();
     all.dedup();
     let shown: Vec<String> = all.iter().take(8).map(u32::to_string).collect();
@@ -286,8 +224,5 @@ fn divisors(d_model: u32) -> String {
 }
 
 fn first_generator() -> String {
-    SYNTHETIC_GENERATORS
-        .first()
-        .map_or("arith", |(g, _)| g)
-        .to_string()
+    SYNTHETIC_GENERATORS.first().map_or("arith", |(g, _)| g).to_string()
 }

@@ -3,8 +3,7 @@ use super::{RunView, Shared};
 use crate::agent::lock;
 use crate::ids::RunId;
 use crate::protocol::{
-    read_frame_async, write_frame_async, AgentCommand, Hello, Reply, Request, Role,
-    PROTOCOL_VERSION,
+    read_frame_async, write_frame_async, AgentCommand, Hello, Reply, Request, Role, PROTOCOL_VERSION,
 };
 use std::time::Duration;
 use tokio::net::unix::OwnedWriteHalf;
@@ -15,9 +14,7 @@ const PROGRESS_EVERY: Duration = Duration::from_millis(1000);
 
 pub async fn serve(stream: UnixStream, shared: &Shared) -> anyhow::Result<()> {
     let (mut rd, mut wr) = stream.into_split();
-    let hello: Hello = read_frame_async(&mut rd)
-        .await?
-        .ok_or_else(|| anyhow::anyhow!("closed before hello"))?;
+    let hello: Hello = read_frame_async(&mut rd).await?.ok_or_else(|| anyhow::anyhow!("closed before hello"))?;
     write_frame_async(&mut wr, &Hello::new(Role::Server, "local")).await?;
     if hello.protocol_version != PROTOCOL_VERSION {
         let message = format!(
@@ -32,11 +29,7 @@ pub async fn serve(stream: UnixStream, shared: &Shared) -> anyhow::Result<()> {
             Request::Follow { run } => follow(&mut wr, shared, &run).await?,
             Request::Watch { run } => watch(&mut wr, shared, &run).await?,
             other => {
-                let reply = answer(shared, other)
-                    .await
-                    .unwrap_or_else(|e| Reply::Error {
-                        message: format!("{e:#}"),
-                    });
+                let reply = answer(shared, other).await.unwrap_or_else(|e| Reply::Error { message: format!("{e:#}") });
                 write_frame_async(&mut wr, &reply).await?;
             }
         }
@@ -53,38 +46,23 @@ async fn resolve(shared: &Shared, query: &str) -> anyhow::Result<RunId> {
 async fn answer(shared: &Shared, req: Request) -> anyhow::Result<Reply> {
     let store = shared.store.clone();
     Ok(match req {
-        Request::Launch {
-            recipe_json,
-            recipe_path,
-            name,
-        } => {
-            let run = super::launch::launch(
-                &shared.db,
-                &recipe_json,
-                &recipe_path,
-                name,
-                &shared.ingest,
-                &shared.registry,
-            )
-            .await?;
+        Request::Launch { recipe_json, recipe_path, name } => {
+            let run =
+                super::launch::launch(&shared.db, &recipe_json, &recipe_path, name, &shared.ingest, &shared.registry)
+                    .await?;
             Reply::Launched { run }
         }
-        Request::ListRuns => Reply::Runs {
-            runs: tokio::task::spawn_blocking(move || store.list_runs()).await??,
-        },
+        Request::ListRuns => Reply::Runs { runs: tokio::task::spawn_blocking(move || store.list_runs()).await?? },
         Request::ShowRun { run } => {
             let id = resolve(shared, &run).await?;
             let detail = tokio::task::spawn_blocking(move || store.detail(&id)).await??;
             let detail = detail.ok_or_else(|| anyhow::anyhow!("run {run} vanished"))?;
-            Reply::Run {
-                detail: Box::new(detail),
-            }
+            Reply::Run { detail: Box::new(detail) }
         }
         Request::Metrics { run, key, rank } => {
             let id = resolve(shared, &run).await?;
             let key = key.unwrap_or_else(|| "loss".into());
-            let points =
-                tokio::task::spawn_blocking(move || store.series(&id, &key, rank)).await??;
+            let points = tokio::task::spawn_blocking(move || store.series(&id, &key, rank)).await??;
             Reply::Metrics { points }
         }
         Request::Stop { run } => command(shared, &run, AgentCommand::Stop).await?,
@@ -100,9 +78,7 @@ async fn command(shared: &Shared, run: &str, cmd: AgentCommand) -> anyhow::Resul
     let tx = lock(&shared.registry).get(&id).map(|l| l.commands.clone());
     match tx {
         Some(tx) => {
-            tx.send(cmd)
-                .await
-                .map_err(|_| anyhow::anyhow!("run {id} ended meanwhile"))?;
+            tx.send(cmd).await.map_err(|_| anyhow::anyhow!("run {id} ended meanwhile"))?;
             Ok(Reply::Ok)
         }
         None => anyhow::bail!("run {id} is not live"),
@@ -113,15 +89,7 @@ async fn command(shared: &Shared, run: &str, cmd: AgentCommand) -> anyhow::Resul
 async fn follow(wr: &mut OwnedWriteHalf, shared: &Shared, query: &str) -> anyhow::Result<()> {
     let id = match resolve(shared, query).await {
         Ok(id) => id,
-        Err(e) => {
-            return Ok(write_frame_async(
-                wr,
-                &Reply::Error {
-                    message: format!("{e:#}"),
-                },
-            )
-            .await?)
-        }
+        Err(e) => return Ok(write_frame_async(wr, &Reply::Error { message: format!("{e:#}") }).await?),
     };
     let view = lock(&shared.registry).get(&id).map(|l| l.view.clone());
     if let Some(mut view) = view {
@@ -130,15 +98,7 @@ async fn follow(wr: &mut OwnedWriteHalf, shared: &Shared, query: &str) -> anyhow
             let current: RunView = view.borrow_and_update().clone();
             if let Some((status, reason)) = current.ended {
                 write_frame_async(wr, &Reply::Progress(current.progress)).await?;
-                return Ok(write_frame_async(
-                    wr,
-                    &Reply::Ended {
-                        run: id,
-                        status,
-                        reason,
-                    },
-                )
-                .await?);
+                return Ok(write_frame_async(wr, &Reply::Ended { run: id, status, reason }).await?);
             }
             if last_sent.is_none_or(|t| t.elapsed() >= PROGRESS_EVERY) {
                 write_frame_async(wr, &Reply::Progress(current.progress)).await?;
@@ -159,26 +119,8 @@ async fn send_final(wr: &mut OwnedWriteHalf, shared: &Shared, id: RunId) -> anyh
     let id2 = id.clone();
     let record = tokio::task::spawn_blocking(move || store.get_run(&id2)).await??;
     match record {
-        Some(r) => {
-            write_frame_async(
-                wr,
-                &Reply::Ended {
-                    run: id,
-                    status: r.status,
-                    reason: r.reason,
-                },
-            )
-            .await?
-        }
-        None => {
-            write_frame_async(
-                wr,
-                &Reply::Error {
-                    message: format!("run {id} vanished"),
-                },
-            )
-            .await?
-        }
+        Some(r) => write_frame_async(wr, &Reply::Ended { run: id, status: r.status, reason: r.reason }).await?,
+        None => write_frame_async(wr, &Reply::Error { message: format!("run {id} vanished") }).await?,
     }
     Ok(())
 }
@@ -188,39 +130,18 @@ async fn watch(wr: &mut OwnedWriteHalf, shared: &Shared, query: &str) -> anyhow:
     use tokio::sync::broadcast::error::RecvError;
     let id = match resolve(shared, query).await {
         Ok(id) => id,
-        Err(e) => {
-            return Ok(write_frame_async(
-                wr,
-                &Reply::Error {
-                    message: format!("{e:#}"),
-                },
-            )
-            .await?)
-        }
+        Err(e) => return Ok(write_frame_async(wr, &Reply::Error { message: format!("{e:#}") }).await?),
     };
-    let rx = lock(&shared.registry)
-        .get(&id)
-        .map(|l| l.frames.subscribe());
+    let rx = lock(&shared.registry).get(&id).map(|l| l.frames.subscribe());
     if let Some(mut rx) = rx {
         loop {
             match rx.recv().await {
                 Ok(frames) => {
-                    let reply = Reply::Frames {
-                        run: id.clone(),
-                        node: 0,
-                        frames: frames.as_ref().clone(),
-                    };
+                    let reply = Reply::Frames { run: id.clone(), node: 0, frames: frames.as_ref().clone() };
                     write_frame_async(wr, &reply).await?;
                 }
                 Err(RecvError::Lagged(skipped)) => {
-                    write_frame_async(
-                        wr,
-                        &Reply::Lagged {
-                            run: id.clone(),
-                            skipped,
-                        },
-                    )
-                    .await?;
+                    write_frame_async(wr, &Reply::Lagged { run: id.clone(), skipped }).await?;
                 }
                 Err(RecvError::Closed) => break,
             }

@@ -46,12 +46,8 @@ impl Ingest {
     /// Writes and flushes a batch; Ok means durable.
     pub async fn write(&self, batch: Batch) -> Result<(), String> {
         let (done, wait) = oneshot::channel();
-        self.tx
-            .send(Job::Write(batch, done))
-            .await
-            .map_err(|_| "ingest thread is gone".to_string())?;
-        wait.await
-            .map_err(|_| "ingest thread is gone".to_string())?
+        self.tx.send(Job::Write(batch, done)).await.map_err(|_| "ingest thread is gone".to_string())?;
+        wait.await.map_err(|_| "ingest thread is gone".to_string())?
     }
 
     pub async fn close_run(&self, run: crate::ids::RunId) {

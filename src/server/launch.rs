@@ -24,15 +24,17 @@ pub async fn launch(
     ingest: &Ingest,
     registry: &Registry,
 ) -> anyhow::Result<RunId> {
-    let recipe: Recipe = serde_json::from_str(recipe_json)
-        .context("the client sent a recipe this server cannot read")?;
+    let recipe: Recipe =
+        serde_json::from_str(recipe_json).context("the client sent a recipe this server cannot read")?;
     if !recipe.is_local() {
-        anyhow::bail!("cluster.hosts = {:?}: only \"local\" runs are supported by this build (SSH launch is coming)", recipe.cluster.hosts);
+        anyhow::bail!(
+            "cluster.hosts = {:?}: only \"local\" runs are supported by this build (SSH launch is coming)",
+            recipe.cluster.hosts
+        );
     }
     let run = RunId::new_now();
     let paths = RunDirPaths::new(db.run_dir(&run));
-    std::fs::create_dir_all(&paths.root)
-        .with_context(|| format!("creating {}", paths.root.display()))?;
+    std::fs::create_dir_all(&paths.root).with_context(|| format!("creating {}", paths.root.display()))?;
     std::fs::write(paths.recipe(), recipe_json)?;
     let world = recipe.world_size();
     let spec = AgentSpec {
@@ -71,15 +73,7 @@ pub async fn launch(
     let mut batch = Batch::default();
     batch.runs.push(record.clone());
     let text = format!("launched {} on local: {world} ranks", recipe.name);
-    batch.events.push((
-        run.clone(),
-        EventRecord {
-            t_ms: unix_ms(),
-            kind: EventKind::RunStarted,
-            rank: None,
-            text,
-        },
-    ));
+    batch.events.push((run.clone(), EventRecord { t_ms: unix_ms(), kind: EventKind::RunStarted, rank: None, text }));
     ingest.write(batch).await.map_err(anyhow::Error::msg)?;
 
     let started = tokio::task::spawn_blocking({
@@ -90,37 +84,19 @@ pub async fn launch(
     let mut tracker = Tracker::new(record, Vec::new());
     if let Err(e) = started {
         let mut batch = Batch::default();
-        tracker.end_without_agent(
-            RunStatus::Failed,
-            format!("agent failed to start: {e:#}"),
-            &mut batch,
-        );
+        tracker.end_without_agent(RunStatus::Failed, format!("agent failed to start: {e:#}"), &mut batch);
         ingest.write(batch).await.map_err(anyhow::Error::msg)?;
         return Err(e);
     }
-    super::link::attach(
-        tracker,
-        paths.agent_socket(),
-        ingest.clone(),
-        registry.clone(),
-    )
-    .await?;
+    super::link::attach(tracker, paths.agent_socket(), ingest.clone(), registry.clone()).await?;
     Ok(run)
 }
 
 /// Starts `flightdeck agent` in its own session and waits for its "ready" line.
 fn start_agent(paths: &RunDirPaths) -> anyhow::Result<()> {
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(paths.agent_log())?;
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(paths.agent_log())?;
     let mut cmd = Command::new(std::env::current_exe()?);
-    cmd.arg("agent")
-        .arg("--run-dir")
-        .arg(&paths.root)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(log);
+    cmd.arg("agent").arg("--run-dir").arg(&paths.root).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(log);
     // SAFETY: setsid is async-signal-safe and touches no parent memory.
     unsafe {
         cmd.pre_exec(|| {
@@ -142,11 +118,7 @@ fn start_agent(paths: &RunDirPaths) -> anyhow::Result<()> {
         let tail = std::fs::read_to_string(paths.agent_log()).unwrap_or_default();
         let tail: Vec<&str> = tail.lines().rev().take(5).collect();
         let tail: Vec<&str> = tail.into_iter().rev().collect();
-        anyhow::bail!(
-            "the agent exited before it was ready; {}: {}",
-            paths.agent_log().display(),
-            tail.join(" | ")
-        );
+        anyhow::bail!("the agent exited before it was ready; {}: {}", paths.agent_log().display(), tail.join(" | "));
     }
     Ok(())
 }

@@ -5,8 +5,7 @@ use super::tracker::Tracker;
 use super::{Live, Registry, RunView};
 use crate::agent::lock;
 use crate::protocol::{
-    read_frame_async, write_frame_async, AgentCommand, AgentEvent, AgentFrame, Hello, Role,
-    PROTOCOL_VERSION,
+    read_frame_async, write_frame_async, AgentCommand, AgentEvent, AgentFrame, Hello, Role, PROTOCOL_VERSION,
 };
 use crate::store::{Batch, RunStatus};
 use std::path::PathBuf;
@@ -22,33 +21,16 @@ const FLUSH_EVERY: Duration = Duration::from_millis(100);
 const WATCH_BACKLOG: usize = 256;
 
 /// Connects to a run's agent and starts its link task; Err if the agent cannot be reached.
-pub async fn attach(
-    tracker: Tracker,
-    socket: PathBuf,
-    ingest: Ingest,
-    registry: Registry,
-) -> anyhow::Result<()> {
+pub async fn attach(tracker: Tracker, socket: PathBuf, ingest: Ingest, registry: Registry) -> anyhow::Result<()> {
     let stream = UnixStream::connect(&socket).await?;
     let (mut rd, mut wr) = stream.into_split();
     write_frame_async(&mut wr, &Hello::new(Role::Server, "local")).await?;
-    let hello: Hello = read_frame_async(&mut rd)
-        .await?
-        .ok_or_else(|| anyhow::anyhow!("agent closed before hello"))?;
+    let hello: Hello = read_frame_async(&mut rd).await?.ok_or_else(|| anyhow::anyhow!("agent closed before hello"))?;
     if hello.protocol_version != PROTOCOL_VERSION {
-        anyhow::bail!(
-            "agent speaks protocol {}, this server {PROTOCOL_VERSION}",
-            hello.protocol_version
-        );
+        anyhow::bail!("agent speaks protocol {}, this server {PROTOCOL_VERSION}", hello.protocol_version);
     }
     let after_seq = tracker.record.acked_seq.first().copied().unwrap_or(0);
-    write_frame_async(
-        &mut wr,
-        &AgentCommand::Attach {
-            run: tracker.record.id.clone(),
-            after_seq,
-        },
-    )
-    .await?;
+    write_frame_async(&mut wr, &AgentCommand::Attach { run: tracker.record.id.clone(), after_seq }).await?;
 
     // Reading frames on its own task keeps the select loop below cancel-safe.
     let (frames_tx, frames_rx) = mpsc::channel::<AgentFrame>(BATCH_FRAMES);
@@ -60,25 +42,12 @@ pub async fn attach(
         }
     });
     let (cmd_tx, cmd_rx) = mpsc::channel::<AgentCommand>(8);
-    let (view_tx, view_rx) = watch::channel(RunView {
-        progress: tracker.progress(),
-        ended: None,
-    });
+    let (view_tx, view_rx) = watch::channel(RunView { progress: tracker.progress(), ended: None });
     let run = tracker.record.id.clone();
-    lock(&registry).insert(
-        run.clone(),
-        Live {
-            commands: cmd_tx,
-            view: view_rx,
-        },
-    );
+    let (frames_out, _) = tokio::sync::broadcast::channel(WATCH_BACKLOG);
+    lock(&registry).insert(run.clone(), Live { commands: cmd_tx, view: view_rx, frames: frames_out.clone() });
     tokio::spawn(async move {
-        let mut link = Link {
-            tracker,
-            ingest: ingest.clone(),
-            view: view_tx,
-            wr,
-        };
+        let mut link = Link { tracker, ingest: ingest.clone(), view: view_tx, frames_out, wr };
         let outcome = link.run(frames_rx, cmd_rx).await;
         if let Err(e) = outcome {
             tracing::warn!("run {run}: link failed: {e}");
@@ -134,8 +103,7 @@ impl Link {
         // The agent went away without saying the run ended: its ranks died with it.
         let mut batch = Batch::default();
         let reason = "lost the node agent before the run ended".to_string();
-        self.tracker
-            .end_without_agent(RunStatus::Interrupted, reason, &mut batch);
+        self.tracker.end_without_agent(RunStatus::Interrupted, reason, &mut batch);
         self.ingest.write(batch).await.map_err(anyhow::Error::msg)?;
         self.publish(true);
         Ok(())
@@ -156,10 +124,7 @@ impl Link {
         self.publish(ended);
         // An agent that has just exited cannot take the ack; it no longer needs it.
         if let Err(e) = write_frame_async(&mut self.wr, &AgentCommand::Ack { seq: last }).await {
-            tracing::info!(
-                "run {}: ack {last} not delivered: {e}",
-                self.tracker.record.id
-            );
+            tracing::info!("run {}: ack {last} not delivered: {e}", self.tracker.record.id);
         }
         Ok(())
     }
@@ -167,9 +132,6 @@ impl Link {
     fn publish(&self, ended: bool) {
         let r = &self.tracker.record;
         let ended = ended.then(|| (r.status, r.reason.clone()));
-        self.view.send_replace(RunView {
-            progress: self.tracker.progress(),
-            ended,
-        });
+        self.view.send_replace(RunView { progress: self.tracker.progress(), ended });
     }
 }

@@ -50,10 +50,7 @@ pub struct Shared {
 
 /// How long the server stays up with no live run and no client (env override for tests).
 fn idle_grace() -> Duration {
-    let ms = std::env::var("FLIGHTDECK_SERVER_IDLE_MS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3000);
+    let ms = std::env::var("FLIGHTDECK_SERVER_IDLE_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(3000);
     Duration::from_millis(ms)
 }
 
@@ -66,23 +63,15 @@ pub fn main(db: DbPaths, foreground: bool) -> anyhow::Result<()> {
         return Ok(());
     };
     init_logging(&db, foreground);
-    let store =
-        Store::open(&db.sled()).with_context(|| format!("opening {}", db.sled().display()))?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
+    let store = Store::open(&db.sled()).with_context(|| format!("opening {}", db.sled().display()))?;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(serve(db, store))
 }
 
 /// An exclusive flock on `server.lock`, held for the life of the process.
 fn take_lock(db: &DbPaths) -> anyhow::Result<Option<std::fs::File>> {
     use std::os::fd::AsRawFd;
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(db.server_lock())?;
+    let f = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(db.server_lock())?;
     // SAFETY: flock on a descriptor we own.
     let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
     if r != 0 {
@@ -96,18 +85,11 @@ fn take_lock(db: &DbPaths) -> anyhow::Result<Option<std::fs::File>> {
 }
 
 fn init_logging(db: &DbPaths, foreground: bool) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("FLIGHTDECK_LOG")
-        .unwrap_or_else(|_| "info".into());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(false);
+    let filter = tracing_subscriber::EnvFilter::try_from_env("FLIGHTDECK_LOG").unwrap_or_else(|_| "info".into());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false);
     if foreground {
         builder.with_writer(std::io::stderr).init();
-    } else if let Ok(file) = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(db.server_log())
-    {
+    } else if let Ok(file) = std::fs::OpenOptions::new().create(true).append(true).open(db.server_log()) {
         builder.with_writer(Mutex::new(file)).init();
     }
 }
@@ -115,8 +97,7 @@ fn init_logging(db: &DbPaths, foreground: bool) {
 async fn serve(db: DbPaths, store: Store) -> anyhow::Result<()> {
     let socket = db.server_socket();
     let _ = std::fs::remove_file(&socket);
-    let listener = tokio::net::UnixListener::bind(&socket)
-        .with_context(|| format!("binding {}", socket.display()))?;
+    let listener = tokio::net::UnixListener::bind(&socket).with_context(|| format!("binding {}", socket.display()))?;
     let shared = Shared {
         ingest: ingest::Ingest::start(&store),
         store,
@@ -174,13 +155,7 @@ async fn recover(shared: &Shared) {
         let mut tracker = tracker::Tracker::new(record.clone(), ranks);
         let attached = match socket {
             Some(s) => {
-                link::attach(
-                    tracker_clone(&record, shared),
-                    s,
-                    shared.ingest.clone(),
-                    shared.registry.clone(),
-                )
-                .await
+                link::attach(tracker_clone(&record, shared), s, shared.ingest.clone(), shared.registry.clone()).await
             }
             None => Err(anyhow::anyhow!("no agent socket recorded")),
         };
@@ -188,8 +163,7 @@ async fn recover(shared: &Shared) {
             Ok(()) => tracing::info!("run {}: reattached to its agent", record.id),
             Err(e) => {
                 let mut batch = Batch::default();
-                let reason =
-                    format!("the server restarted and the run's agent was unreachable ({e})");
+                let reason = format!("the server restarted and the run's agent was unreachable ({e})");
                 tracker.end_without_agent(RunStatus::Interrupted, reason, &mut batch);
                 if let Err(e) = shared.ingest.write(batch).await {
                     tracing::error!("marking {} interrupted: {e}", record.id);
@@ -200,8 +174,5 @@ async fn recover(shared: &Shared) {
 }
 
 fn tracker_clone(record: &crate::store::RunRecord, shared: &Shared) -> tracker::Tracker {
-    tracker::Tracker::new(
-        record.clone(),
-        shared.store.ranks(&record.id).unwrap_or_default(),
-    )
+    tracker::Tracker::new(record.clone(), shared.store.ranks(&record.id).unwrap_or_default())
 }

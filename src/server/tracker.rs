@@ -66,34 +66,14 @@ impl Tracker {
         }
     }
 
-    fn event(
-        &self,
-        batch: &mut Batch,
-        t_ms: u64,
-        kind: EventKind,
-        rank: Option<u32>,
-        text: String,
-    ) {
-        batch.events.push((
-            self.run(),
-            EventRecord {
-                t_ms,
-                kind,
-                rank,
-                text,
-            },
-        ));
+    fn event(&self, batch: &mut Batch, t_ms: u64, kind: EventKind, rank: Option<u32>, text: String) {
+        batch.events.push((self.run(), EventRecord { t_ms, kind, rank, text }));
     }
 
     fn apply_one(&mut self, f: &AgentFrame, batch: &mut Batch, touched: &mut BTreeSet<u32>) {
         let run = self.run();
         match &f.event {
-            AgentEvent::RankStarted {
-                rank,
-                local_rank,
-                pid,
-                host,
-            } => {
+            AgentEvent::RankStarted { rank, local_rank, pid, host } => {
                 let info = self.rank(rank.0);
                 info.pid = Some(*pid);
                 info.host = host.clone();
@@ -101,38 +81,24 @@ impl Tracker {
                 if self.record.status == RunStatus::Starting {
                     self.record.status = RunStatus::Running;
                 }
-                let text =
-                    format!("rank {rank} (local rank {local_rank}) started on {host}, pid {pid}");
+                let text = format!("rank {rank} (local rank {local_rank}) started on {host}, pid {pid}");
                 self.event(batch, f.t_ms, EventKind::RankStarted, Some(rank.0), text);
             }
             AgentEvent::Rank { rank, msg } => {
                 touched.insert(rank.0);
                 match msg {
-                    RankMsg::Register { .. }
-                    | RankMsg::Collective(_)
-                    | RankMsg::Finished { .. } => {}
+                    RankMsg::Register { .. } | RankMsg::Collective(_) | RankMsg::Finished { .. } => {}
                     RankMsg::Phase { phase, .. } => self.rank(rank.0).phase = Some(*phase),
                     RankMsg::Step(m) => {
                         for (name, value) in m.series() {
-                            batch.points.push((
-                                run.clone(),
-                                name,
-                                Point {
-                                    step: m.step.0,
-                                    rank: rank.0,
-                                    value,
-                                },
-                            ));
+                            batch.points.push((run.clone(), name, Point { step: m.step.0, rank: rank.0, value }));
                         }
                         let info = self.rank(rank.0);
                         info.step = info.step.max(m.step.0);
                         info.last_loss = Some(m.loss);
                         self.step_time_ms.insert(rank.0, m.step_time_ms);
                         if !m.loss.is_finite() && self.nan_reported.insert(rank.0) {
-                            let text = format!(
-                                "rank {rank} reported loss {} at step {}",
-                                m.loss, m.step.0
-                            );
+                            let text = format!("rank {rank} reported loss {} at step {}", m.loss, m.step.0);
                             self.event(batch, f.t_ms, EventKind::NanLoss, Some(rank.0), text);
                         }
                     }
@@ -141,11 +107,7 @@ impl Tracker {
                     batch.collectives.push((run.clone(), rank.0, rec.clone()));
                 }
             }
-            AgentEvent::ProcSample {
-                rank,
-                cpu_pct,
-                rss_bytes,
-            } => {
+            AgentEvent::ProcSample { rank, cpu_pct, rss_bytes } => {
                 let info = self.rank(rank.0);
                 info.cpu_pct = Some(*cpu_pct);
                 info.rss_bytes = Some(*rss_bytes);
@@ -162,15 +124,10 @@ impl Tracker {
                 info.exit = Some(status.clone());
                 let host = info.host.clone();
                 touched.insert(rank.0);
-                let text = format!(
-                    "rank {rank} ({host}, pid {pid}) exited: {}",
-                    status.describe()
-                );
+                let text = format!("rank {rank} ({host}, pid {pid}) exited: {}", status.describe());
                 self.event(batch, f.t_ms, EventKind::RankExited, Some(rank.0), text);
             }
-            AgentEvent::Notice { text } => {
-                self.event(batch, f.t_ms, EventKind::Notice, None, text.clone())
-            }
+            AgentEvent::Notice { text } => self.event(batch, f.t_ms, EventKind::Notice, None, text.clone()),
             AgentEvent::BadFrame { rank, reason } => {
                 let text = format!("bad frame dropped: {reason}");
                 self.event(batch, f.t_ms, EventKind::BadFrame, rank.map(|r| r.0), text)
@@ -195,13 +152,7 @@ impl Tracker {
         self.record.status = status;
         self.record.reason = reason.clone();
         self.record.ended_ms = Some(unix_ms());
-        self.event(
-            batch,
-            unix_ms(),
-            EventKind::RunEnded,
-            None,
-            format!("run {}: {reason}", status.name()),
-        );
+        self.event(batch, unix_ms(), EventKind::RunEnded, None, format!("run {}: {reason}", status.name()));
         batch.runs.push(self.record.clone());
     }
 
@@ -216,11 +167,7 @@ impl Tracker {
             steps: self.record.steps_planned,
             loss_mean: mean(&losses),
             step_time_ms_mean: mean(&times),
-            ranks_alive: self
-                .ranks
-                .values()
-                .filter(|r| r.pid.is_some() && r.exit.is_none())
-                .count() as u32,
+            ranks_alive: self.ranks.values().filter(|r| r.pid.is_some() && r.exit.is_none()).count() as u32,
             world_size: self.record.world_size,
         }
     }

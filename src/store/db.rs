@@ -17,7 +17,9 @@ pub const LOG_TAIL_LINES: u64 = 2000;
 pub enum StoreError {
     #[error("database {path}: {source}")]
     Open { path: String, source: sled::Error },
-    #[error("database {path} has schema version {found}; this flightdeck reads up to {SCHEMA_VERSION}: upgrade flightdeck")]
+    #[error(
+        "database {path} has schema version {found}; this flightdeck reads up to {SCHEMA_VERSION}: upgrade flightdeck"
+    )]
     TooNew { path: String, found: u32 },
     #[error("database: {0}")]
     Sled(#[from] sled::Error),
@@ -75,30 +77,18 @@ fn json<T: serde::Serialize>(v: &T) -> Vec<u8> {
 }
 
 fn parse<T: serde::de::DeserializeOwned>(tree: &'static str, b: &[u8]) -> Result<T, StoreError> {
-    serde_json::from_slice(b).map_err(|e| StoreError::Corrupt {
-        tree,
-        reason: e.to_string(),
-    })
+    serde_json::from_slice(b).map_err(|e| StoreError::Corrupt { tree, reason: e.to_string() })
 }
 
 impl Store {
     pub fn open(path: &Path) -> Result<Store, StoreError> {
         let p = path.display().to_string();
-        let db = sled::Config::new()
-            .path(path)
-            .open()
-            .map_err(|source| StoreError::Open {
-                path: p.clone(),
-                source,
-            })?;
+        let db =
+            sled::Config::new().path(path).open().map_err(|source| StoreError::Open { path: p.clone(), source })?;
         let meta = db.open_tree("meta")?;
         match meta.get("schema_version")? {
             Some(v) => {
-                let found = v
-                    .as_ref()
-                    .try_into()
-                    .map(u32::from_be_bytes)
-                    .unwrap_or(u32::MAX);
+                let found = v.as_ref().try_into().map(u32::from_be_bytes).unwrap_or(u32::MAX);
                 if found > SCHEMA_VERSION {
                     return Err(StoreError::TooNew { path: p, found });
                 }
@@ -121,10 +111,7 @@ impl Store {
 
     /// The writer for this database. Only the ingest thread may hold one.
     pub fn writer(&self) -> Writer {
-        Writer {
-            store: self.clone(),
-            acc: HashMap::new(),
-        }
+        Writer { store: self.clone(), acc: HashMap::new() }
     }
 }
 
@@ -143,29 +130,19 @@ impl Writer {
 
         let mut series = sled::Batch::default();
         for (run, metric, p) in &batch.points {
-            series.insert(
-                keys::series_key(run, metric, p.rank, p.step),
-                &p.value.to_le_bytes(),
-            );
+            series.insert(keys::series_key(run, metric, p.rank, p.step), &p.value.to_le_bytes());
             let rollups = &self.store.rollups;
             let acc = self.acc.entry(run.clone()).or_default();
             acc.add(metric, p.rank, p.step, p.value, &mut |id| {
                 let k = keys::rollup_key(run, &id.0, id.1, id.2, id.3);
-                rollups
-                    .get(k)
-                    .ok()
-                    .flatten()
-                    .and_then(|v| Bucket::from_bytes(&v))
+                rollups.get(k).ok().flatten().and_then(|v| Bucket::from_bytes(&v))
             });
         }
         self.store.series.apply_batch(series)?;
         let mut rollups = sled::Batch::default();
         for (run, acc) in self.acc.iter_mut() {
             for (id, bucket) in acc.take_dirty() {
-                rollups.insert(
-                    keys::rollup_key(run, &id.0, id.1, id.2, id.3),
-                    bucket.to_bytes(),
-                );
+                rollups.insert(keys::rollup_key(run, &id.0, id.1, id.2, id.3), bucket.to_bytes());
             }
         }
         self.store.rollups.apply_batch(rollups)?;
@@ -186,10 +163,7 @@ impl Writer {
 
         let mut colls = sled::Batch::default();
         for (run, rank, rec) in &batch.collectives {
-            colls.insert(
-                keys::rank_seq_key(run, *rank, rec.seq),
-                bincode::serialize(rec).unwrap_or_default(),
-            );
+            colls.insert(keys::rank_seq_key(run, *rank, rec.seq), bincode::serialize(rec).unwrap_or_default());
         }
         self.store.collectives.apply_batch(colls)?;
 
@@ -214,10 +188,7 @@ impl Writer {
 
 impl Store {
     pub fn get_run(&self, run: &RunId) -> Result<Option<RunRecord>, StoreError> {
-        self.runs
-            .get(run.as_str().as_bytes())?
-            .map(|v| parse("runs", &v))
-            .transpose()
+        self.runs.get(run.as_str().as_bytes())?.map(|v| parse("runs", &v)).transpose()
     }
 
     /// Every run, oldest first (ids sort by start time).
@@ -239,49 +210,25 @@ impl Store {
         match by_prefix.len() {
             1 => return Ok(by_prefix[0].clone()),
             n if n > 1 => {
-                let candidates = by_prefix
-                    .iter()
-                    .map(|r| r.0.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                return Err(StoreError::Ambiguous {
-                    query: query.to_string(),
-                    candidates,
-                });
+                let candidates = by_prefix.iter().map(|r| r.0.as_str()).collect::<Vec<_>>().join(", ");
+                return Err(StoreError::Ambiguous { query: query.to_string(), candidates });
             }
             _ => {}
         }
-        let by_name = self
-            .list_runs()?
-            .into_iter()
-            .rev()
-            .find(|r| r.name == query);
-        by_name.map(|r| r.id).ok_or_else(|| StoreError::NoSuchRun {
-            query: query.to_string(),
-        })
+        let by_name = self.list_runs()?.into_iter().rev().find(|r| r.name == query);
+        by_name.map(|r| r.id).ok_or_else(|| StoreError::NoSuchRun { query: query.to_string() })
     }
 
     pub fn ranks(&self, run: &RunId) -> Result<Vec<RankInfo>, StoreError> {
-        self.ranks
-            .scan_prefix(keys::run_prefix(run))
-            .map(|kv| parse("ranks", &kv?.1))
-            .collect()
+        self.ranks.scan_prefix(keys::run_prefix(run)).map(|kv| parse("ranks", &kv?.1)).collect()
     }
 
     pub fn events(&self, run: &RunId) -> Result<Vec<EventRecord>, StoreError> {
-        self.events
-            .scan_prefix(keys::run_prefix(run))
-            .map(|kv| parse("events", &kv?.1))
-            .collect()
+        self.events.scan_prefix(keys::run_prefix(run)).map(|kv| parse("events", &kv?.1)).collect()
     }
 
     /// The points of one metric, every rank or one, ordered by rank then step.
-    pub fn series(
-        &self,
-        run: &RunId,
-        metric: &str,
-        rank: Option<u32>,
-    ) -> Result<Vec<Point>, StoreError> {
+    pub fn series(&self, run: &RunId, metric: &str, rank: Option<u32>) -> Result<Vec<Point>, StoreError> {
         let prefix = match rank {
             Some(r) => keys::series_prefix(run, metric, r),
             None => keys::metric_prefix(run, metric),
@@ -290,18 +237,13 @@ impl Store {
         let mut out = Vec::new();
         for kv in self.series.scan_prefix(&prefix) {
             let (k, v) = kv?;
-            let (rank, step) = keys::rank_step(&k[skip..]).ok_or_else(|| StoreError::Corrupt {
-                tree: "series",
-                reason: format!("key of {} bytes", k.len()),
-            })?;
-            let value =
-                v.as_ref()
-                    .try_into()
-                    .map(f64::from_le_bytes)
-                    .map_err(|_| StoreError::Corrupt {
-                        tree: "series",
-                        reason: "value is not 8 bytes".into(),
-                    })?;
+            let (rank, step) = keys::rank_step(&k[skip..])
+                .ok_or_else(|| StoreError::Corrupt { tree: "series", reason: format!("key of {} bytes", k.len()) })?;
+            let value = v
+                .as_ref()
+                .try_into()
+                .map(f64::from_le_bytes)
+                .map_err(|_| StoreError::Corrupt { tree: "series", reason: "value is not 8 bytes".into() })?;
             out.push(Point { step, rank, value });
         }
         Ok(out)
@@ -330,26 +272,15 @@ impl Store {
     }
 
     /// Rollup buckets of one rank's metric at a level (index into `rollup::LEVELS`).
-    pub fn rollups(
-        &self,
-        run: &RunId,
-        metric: &str,
-        rank: u32,
-        level: u8,
-    ) -> Result<Vec<(u64, Bucket)>, StoreError> {
+    pub fn rollups(&self, run: &RunId, metric: &str, rank: u32, level: u8) -> Result<Vec<(u64, Bucket)>, StoreError> {
         let mut prefix = keys::series_prefix(run, metric, rank);
         prefix.push(level);
         let mut out = Vec::new();
         for kv in self.rollups.scan_prefix(&prefix) {
             let (k, v) = kv?;
-            let no = k[prefix.len()..]
-                .try_into()
-                .map(u64::from_be_bytes)
-                .unwrap_or(0);
-            let b = Bucket::from_bytes(&v).ok_or(StoreError::Corrupt {
-                tree: "rollups",
-                reason: "bad bucket".into(),
-            })?;
+            let no = k[prefix.len()..].try_into().map(u64::from_be_bytes).unwrap_or(0);
+            let b =
+                Bucket::from_bytes(&v).ok_or(StoreError::Corrupt { tree: "rollups", reason: "bad bucket".into() })?;
             out.push((no, b));
         }
         Ok(out)
@@ -359,10 +290,8 @@ impl Store {
         self.collectives
             .scan_prefix(keys::rank_key(run, rank))
             .map(|kv| {
-                bincode::deserialize(&kv?.1).map_err(|e| StoreError::Corrupt {
-                    tree: "collectives",
-                    reason: e.to_string(),
-                })
+                bincode::deserialize(&kv?.1)
+                    .map_err(|e| StoreError::Corrupt { tree: "collectives", reason: e.to_string() })
             })
             .collect()
     }

@@ -25,24 +25,15 @@ impl Store {
             e.0 += p.value;
             e.1 += 1;
         }
-        Ok(by_step
-            .into_iter()
-            .map(|(s, (sum, n))| (s, sum / f64::from(n)))
-            .collect())
+        Ok(by_step.into_iter().map(|(s, (sum, n))| (s, sum / f64::from(n))).collect())
     }
 
     fn summary(&self, run: &RunId) -> Result<Summary, StoreError> {
         let loss = self.rank_mean(run, "loss")?;
-        let mean = |xs: &[(u64, f64)]| {
-            (!xs.is_empty()).then(|| xs.iter().map(|x| x.1).sum::<f64>() / xs.len() as f64)
-        };
+        let mean = |xs: &[(u64, f64)]| (!xs.is_empty()).then(|| xs.iter().map(|x| x.1).sum::<f64>() / xs.len() as f64);
         let first = &loss[..loss.len().min(10)];
         let last = &loss[loss.len().saturating_sub(10)..];
-        let mut step_ms: Vec<f64> = self
-            .rank_mean(run, "step_time_ms")?
-            .into_iter()
-            .map(|x| x.1)
-            .collect();
+        let mut step_ms: Vec<f64> = self.rank_mean(run, "step_time_ms")?.into_iter().map(|x| x.1).collect();
         step_ms.sort_by(f64::total_cmp);
         let median = (!step_ms.is_empty()).then(|| step_ms[step_ms.len() / 2]);
         // Tokens per second of the whole group: every rank's tokens over the median step time.

@@ -18,14 +18,7 @@ pub struct Bucket {
 
 impl Bucket {
     fn new(step: u64, v: f64) -> Bucket {
-        Bucket {
-            min: v,
-            max: v,
-            sum: v,
-            count: 1,
-            last_step: step,
-            last: v,
-        }
+        Bucket { min: v, max: v, sum: v, count: 1, last_step: step, last: v }
     }
 
     fn add(&mut self, step: u64, v: f64) {
@@ -91,13 +84,11 @@ impl Accumulator {
                         None => Bucket::new(step, v),
                     };
                     if let Some((old_no, old)) = self.open.insert(slot, (bucket_no, b)) {
-                        self.closed
-                            .push(((metric.to_string(), rank, level, old_no), old));
+                        self.closed.push(((metric.to_string(), rank, level, old_no), old));
                     }
                 }
             }
-            self.dirty
-                .push((metric.to_string(), rank, level, bucket_no));
+            self.dirty.push((metric.to_string(), rank, level, bucket_no));
         }
     }
 
@@ -133,28 +124,13 @@ mod tests {
         let level0: Vec<_> = dirty.iter().filter(|(id, _)| id.2 == 0).collect();
         // Steps 1..=15 are bucket 0 of width 16 (closed when step 16 arrived), 16..=20 bucket 1.
         assert_eq!(level0.len(), 2);
-        let b0 = level0
-            .iter()
-            .find(|(id, _)| id.3 == 0)
-            .map(|(_, b)| *b)
-            .unwrap();
+        let b0 = level0.iter().find(|(id, _)| id.3 == 0).map(|(_, b)| *b).unwrap();
         assert_eq!((b0.min, b0.max, b0.last, b0.count), (1.0, 100.0, 15.0, 15));
-        let b1 = level0
-            .iter()
-            .find(|(id, _)| id.3 == 1)
-            .map(|(_, b)| *b)
-            .unwrap();
+        let b1 = level0.iter().find(|(id, _)| id.3 == 1).map(|(_, b)| *b).unwrap();
         assert_eq!((b1.min, b1.max, b1.last, b1.count), (16.0, 20.0, 20.0, 5));
         assert!(acc.take_dirty().is_empty(), "nothing changed since");
-        let level1 = dirty
-            .iter()
-            .find(|(id, _)| id.2 == 1)
-            .map(|(_, b)| *b)
-            .unwrap();
-        assert_eq!(
-            level1.max, 100.0,
-            "a spike stays visible at the coarse level"
-        );
+        let level1 = dirty.iter().find(|(id, _)| id.2 == 1).map(|(_, b)| *b).unwrap();
+        assert_eq!(level1.max, 100.0, "a spike stays visible at the coarse level");
         assert_eq!(level1.count, 20);
     }
 }

@@ -85,8 +85,7 @@ mod tests {
                 let (lhs, rhs) = fact.split_once('=').unwrap();
                 let rhs: i64 = rhs.parse().unwrap();
                 let op = lhs.find(['+', '-', '*']).unwrap();
-                let (a, b): (i64, i64) =
-                    (lhs[..op].parse().unwrap(), lhs[op + 1..].parse().unwrap());
+                let (a, b): (i64, i64) = (lhs[..op].parse().unwrap(), lhs[op + 1..].parse().unwrap());
                 let want = match &lhs[op..op + 1] {
                     "+" => a + b,
                     "-" => a - b,

@@ -12,19 +12,12 @@ pub enum DataError {
     #[error("data.source \"synthetic:{name}\": no such generator (valid: {valid})")]
     UnknownGenerator { name: String, valid: String },
     #[error("data.source \"file:{}\": {source}", path.display())]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Read { path: PathBuf, source: std::io::Error },
     #[error(
         "data.source \"file:{}\": {len} bytes is shorter than one sequence (model.context + 1 = {need})",
         path.display()
     )]
-    TooShort {
-        path: PathBuf,
-        len: usize,
-        need: usize,
-    },
+    TooShort { path: PathBuf, len: usize, need: usize },
 }
 
 /// Where sequences come from.
@@ -44,9 +37,7 @@ impl Source {
     /// that a short file is a clear error before training, not a panic in the loop.
     pub fn open(source: &DataSource, seed: u64, seq_len: usize) -> Result<Source, DataError> {
         match source {
-            DataSource::Synthetic { generator } if generator == "arith" => {
-                Ok(Source::Arith { seed })
-            }
+            DataSource::Synthetic { generator } if generator == "arith" => Ok(Source::Arith { seed }),
             DataSource::Synthetic { generator } => Err(DataError::UnknownGenerator {
                 name: generator.clone(),
                 valid: SYNTHETIC_GENERATORS
@@ -56,16 +47,9 @@ impl Source {
                     .join(", "),
             }),
             DataSource::File { path } => {
-                let bytes = std::fs::read(path).map_err(|source| DataError::Read {
-                    path: path.clone(),
-                    source,
-                })?;
+                let bytes = std::fs::read(path).map_err(|source| DataError::Read { path: path.clone(), source })?;
                 if bytes.len() < seq_len {
-                    return Err(DataError::TooShort {
-                        path: path.clone(),
-                        len: bytes.len(),
-                        need: seq_len,
-                    });
+                    return Err(DataError::TooShort { path: path.clone(), len: bytes.len(), need: seq_len });
                 }
                 Ok(Source::File { bytes, seed })
             }
@@ -88,10 +72,7 @@ impl Source {
                 // Validated in `open`: bytes.len() >= len.
                 let starts = (bytes.len() - len) as u64 + 1;
                 let start = Rng::for_index(*seed, index).below(starts) as usize;
-                bytes[start..start + len]
-                    .iter()
-                    .map(|&b| i64::from(b))
-                    .collect()
+                bytes[start..start + len].iter().map(|&b| i64::from(b)).collect()
             }
         }
     }
@@ -122,13 +103,7 @@ pub struct Loader {
 }
 
 impl Loader {
-    pub fn new(
-        source: Source,
-        context: usize,
-        batch_per_rank: u32,
-        rank: u32,
-        world_size: u32,
-    ) -> Loader {
+    pub fn new(source: Source, context: usize, batch_per_rank: u32, rank: u32, world_size: u32) -> Loader {
         Loader {
             source,
             context,
@@ -165,12 +140,7 @@ impl Loader {
             targets.extend_from_slice(&seq[1..]);
         }
         self.position += self.batch_per_rank * self.world_size;
-        Batch {
-            inputs,
-            targets,
-            rows,
-            cols,
-        }
+        Batch { inputs, targets, rows, cols }
     }
 }
 
@@ -212,10 +182,7 @@ mod tests {
         let s = Source::Arith { seed: 3 };
         assert_eq!(s.sequence(12, 65), s.sequence(12, 65));
         assert_ne!(s.sequence(12, 65), s.sequence(13, 65));
-        assert_ne!(
-            s.sequence(12, 65),
-            Source::Arith { seed: 4 }.sequence(12, 65)
-        );
+        assert_ne!(s.sequence(12, 65), Source::Arith { seed: 4 }.sequence(12, 65));
         assert_eq!(s.sequence(12, 65).len(), 65);
     }
 
@@ -238,11 +205,7 @@ mod tests {
             let whole = one.next_batch();
             let (a, b) = (r0.next_batch(), r1.next_batch());
             assert_eq!(whole.inputs, [a.inputs, b.inputs].concat(), "step {step}");
-            assert_eq!(
-                whole.targets,
-                [a.targets, b.targets].concat(),
-                "step {step}"
-            );
+            assert_eq!(whole.targets, [a.targets, b.targets].concat(), "step {step}");
             assert_eq!(one.position(), step * 8);
             assert_eq!(r1.position(), step * 8);
         }
@@ -271,12 +234,7 @@ mod tests {
         let seq = s.sequence(9, 33);
         assert_eq!(seq, Source::open(&src, 5, 33).unwrap().sequence(9, 33));
         // A contiguous run of the file.
-        let as_tokens = |o: usize| {
-            text[o..o + 33]
-                .iter()
-                .map(|&b| i64::from(b))
-                .collect::<Vec<_>>()
-        };
+        let as_tokens = |o: usize| text[o..o + 33].iter().map(|&b| i64::from(b)).collect::<Vec<_>>();
         assert!((0..=text.len() - 33).any(|o| as_tokens(o) == seq));
         let err = Source::open(&src, 5, 2000).err().unwrap().to_string();
         assert!(err.contains("shorter than one sequence"), "{err}");
@@ -284,13 +242,8 @@ mod tests {
 
     #[test]
     fn unknown_generator_names_the_valid_ones() {
-        let src = DataSource::Synthetic {
-            generator: "nope".into(),
-        };
+        let src = DataSource::Synthetic { generator: "nope".into() };
         let err = Source::open(&src, 0, 10).err().unwrap().to_string();
-        assert!(
-            err.contains("synthetic:nope") && err.contains("synthetic:arith"),
-            "{err}"
-        );
+        assert!(err.contains("synthetic:nope") && err.contains("synthetic:arith"), "{err}");
     }
 }

@@ -37,31 +37,18 @@ impl WorkerEnv {
         let get = |var: &str| get(var).filter(|v| !v.trim().is_empty());
         let world_size: u32 = number(&get, "WORLD_SIZE", "an integer ≥ 1 (the number of ranks)")?;
         if world_size == 0 {
-            return Err(bad(
-                "WORLD_SIZE",
-                "0",
-                "an integer ≥ 1 (the number of ranks)",
-            ));
+            return Err(bad("WORLD_SIZE", "0", "an integer ≥ 1 (the number of ranks)"));
         }
         let range = format!("an integer in 0..{world_size} (0 ≤ RANK < WORLD_SIZE)");
         let rank: u32 = number(&get, "RANK", &range)?;
         if rank >= world_size {
             return Err(bad("RANK", &rank.to_string(), &range));
         }
-        let local_world_size: u32 = number(
-            &get,
-            "LOCAL_WORLD_SIZE",
-            "an integer ≥ 1 (ranks on this node)",
-        )?;
+        let local_world_size: u32 = number(&get, "LOCAL_WORLD_SIZE", "an integer ≥ 1 (ranks on this node)")?;
         if local_world_size == 0 {
-            return Err(bad(
-                "LOCAL_WORLD_SIZE",
-                "0",
-                "an integer ≥ 1 (ranks on this node)",
-            ));
+            return Err(bad("LOCAL_WORLD_SIZE", "0", "an integer ≥ 1 (ranks on this node)"));
         }
-        let local_range =
-            format!("an integer in 0..{local_world_size} (0 ≤ LOCAL_RANK < LOCAL_WORLD_SIZE)");
+        let local_range = format!("an integer in 0..{local_world_size} (0 ≤ LOCAL_RANK < LOCAL_WORLD_SIZE)");
         let local_rank: u32 = number(&get, "LOCAL_RANK", &local_range)?;
         if local_rank >= local_world_size {
             return Err(bad("LOCAL_RANK", &local_rank.to_string(), &local_range));
@@ -83,11 +70,7 @@ impl WorkerEnv {
         )?);
         let rendezvous_timeout = match get("FLIGHTDECK_RENDEZVOUS_TIMEOUT_S") {
             None => Duration::from_secs(DEFAULT_RENDEZVOUS_TIMEOUT_S),
-            Some(_) => Duration::from_secs(number(
-                &get,
-                "FLIGHTDECK_RENDEZVOUS_TIMEOUT_S",
-                "whole seconds ≥ 1",
-            )?),
+            Some(_) => Duration::from_secs(number(&get, "FLIGHTDECK_RENDEZVOUS_TIMEOUT_S", "whole seconds ≥ 1")?),
         };
         Ok(WorkerEnv {
             rank,
@@ -109,16 +92,8 @@ impl WorkerEnv {
     }
 }
 
-fn required(
-    get: &impl Fn(&str) -> Option<String>,
-    var: &'static str,
-    valid: &str,
-) -> Result<String, EnvError> {
-    get(var).ok_or_else(|| EnvError {
-        var,
-        problem: "not set".into(),
-        valid: valid.into(),
-    })
+fn required(get: &impl Fn(&str) -> Option<String>, var: &'static str, valid: &str) -> Result<String, EnvError> {
+    get(var).ok_or_else(|| EnvError { var, problem: "not set".into(), valid: valid.into() })
 }
 
 fn number<T: std::str::FromStr>(
@@ -131,11 +106,7 @@ fn number<T: std::str::FromStr>(
 }
 
 fn bad(var: &'static str, value: &str, valid: &str) -> EnvError {
-    EnvError {
-        var,
-        problem: format!("{value:?} is not valid"),
-        valid: valid.into(),
-    }
+    EnvError { var, problem: format!("{value:?} is not valid"), valid: valid.into() }
 }
 
 #[cfg(test)]
@@ -144,10 +115,7 @@ mod tests {
     use std::collections::HashMap;
 
     fn parse(pairs: &[(&str, &str)]) -> Result<WorkerEnv, EnvError> {
-        let map: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let map: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         WorkerEnv::from_lookup(|k| map.get(k).cloned())
     }
 
@@ -162,11 +130,7 @@ mod tests {
     #[test]
     fn torchrun_environment_parses() {
         let mut v = BASE.to_vec();
-        v.extend([
-            ("MASTER_ADDR", "127.0.0.1"),
-            ("MASTER_PORT", "29500"),
-            ("FLIGHTDECK_NODE", "node-b"),
-        ]);
+        v.extend([("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "29500"), ("FLIGHTDECK_NODE", "node-b")]);
         let env = parse(&v).unwrap();
         assert_eq!((env.rank, env.world_size, env.local_world_size), (1, 2, 2));
         assert_eq!(env.master, Some(("127.0.0.1".into(), 29500)));
@@ -178,23 +142,14 @@ mod tests {
     #[test]
     fn errors_name_the_variable_and_what_is_valid() {
         let err = parse(&BASE[1..]).unwrap_err().to_string();
-        assert!(
-            err.contains("RANK: not set") && err.contains("0..2"),
-            "{err}"
-        );
+        assert!(err.contains("RANK: not set") && err.contains("0..2"), "{err}");
         let mut v = BASE.to_vec();
         v[0] = ("RANK", "2");
         let err = parse(&v).unwrap_err().to_string();
-        assert!(
-            err.contains("RANK: \"2\" is not valid") && err.contains("0..2"),
-            "{err}"
-        );
+        assert!(err.contains("RANK: \"2\" is not valid") && err.contains("0..2"), "{err}");
         let mut v = BASE.to_vec();
         v[1] = ("WORLD_SIZE", "two");
-        assert!(parse(&v)
-            .unwrap_err()
-            .to_string()
-            .contains("WORLD_SIZE: \"two\""));
+        assert!(parse(&v).unwrap_err().to_string().contains("WORLD_SIZE: \"two\""));
         // World 2 needs the rendezvous address.
         let err = parse(&BASE).unwrap_err().to_string();
         assert!(err.contains("MASTER_ADDR: not set"), "{err}");

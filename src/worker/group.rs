@@ -33,20 +33,12 @@ pub enum GroupError {
     #[error("rank {rank}: world size {world} needs MASTER_ADDR and MASTER_PORT")]
     NoMaster { rank: u32, world: u32 },
     #[error("rank {rank}: joining the ring of {world} ranks: {source}")]
-    Collective {
-        rank: u32,
-        world: u32,
-        source: CollectiveError,
-    },
+    Collective { rank: u32, world: u32, source: CollectiveError },
 }
 
 /// Builds this rank's group. Every collective of a multi-rank group goes through the flight
 /// recorder, whose records stream to the agent through `tele`.
-pub fn connect(
-    env: &WorkerEnv,
-    recipe: &Recipe,
-    tele: &TelemetryTx,
-) -> Result<Box<dyn StepCollective>, GroupError> {
+pub fn connect(env: &WorkerEnv, recipe: &Recipe, tele: &TelemetryTx) -> Result<Box<dyn StepCollective>, GroupError> {
     if env.world_size == 1 {
         return Ok(Box::new(Solo));
     }
@@ -57,30 +49,12 @@ pub fn connect(
     let Some((host, port)) = &env.master else {
         return Err(GroupError::NoMaster { rank, world });
     };
-    let wrap = |source| GroupError::Collective {
-        rank,
-        world,
-        source,
-    };
+    let wrap = |source| GroupError::Collective { rank, world, source };
     let addr = format!("{host}:{port}");
     let mut store = StoreClient::connect(&addr, env.rendezvous_timeout).map_err(wrap)?;
-    let advertise = env
-        .advertise_host
-        .clone()
-        .unwrap_or_else(|| route_to(host, *port));
-    let ring = Ring::connect(
-        &mut store,
-        Rank(rank),
-        world,
-        &advertise,
-        env.rendezvous_timeout,
-    )
-    .map_err(wrap)?;
-    Ok(Box::new(FlightRecorder::new(
-        ring,
-        RECORDER_CAPACITY,
-        tele.sink(),
-    )))
+    let advertise = env.advertise_host.clone().unwrap_or_else(|| route_to(host, *port));
+    let ring = Ring::connect(&mut store, Rank(rank), world, &advertise, env.rendezvous_timeout).map_err(wrap)?;
+    Ok(Box::new(FlightRecorder::new(ring, RECORDER_CAPACITY, tele.sink())))
 }
 
 /// The local address the kernel would use to reach the master: the interface peers on the same

@@ -31,27 +31,17 @@ pub fn main_from_env() -> anyhow::Result<()> {
     // share the node's cores between its ranks.
     static INTEROP: std::sync::Once = std::sync::Once::new();
     INTEROP.call_once(|| tch::set_num_interop_threads(1));
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     tch::set_num_threads(env.torch_threads(cores));
 
     let recipe = load_recipe(&env.recipe_path)?;
     train::check(&recipe, env.world_size).with_context(|| format!("rank {}", env.rank))?;
-    let telemetry = Telemetry::connect(
-        env.telemetry.as_deref(),
-        &env.node,
-        Rank(env.rank),
-        &recipe.telemetry,
-    );
+    let telemetry = Telemetry::connect(env.telemetry.as_deref(), &env.node, Rank(env.rank), &recipe.telemetry);
     telemetry.tx().phase(Step(0), Phase::Init);
 
-    let result = group::connect(&env, &recipe, telemetry.tx())
-        .map_err(anyhow::Error::from)
-        .and_then(|mut group| {
-            train::train(&recipe, group.as_mut(), telemetry.tx(), &mut |_| {})
-                .with_context(|| format!("rank {}", env.rank))
-        });
+    let result = group::connect(&env, &recipe, telemetry.tx()).map_err(anyhow::Error::from).and_then(|mut group| {
+        train::train(&recipe, group.as_mut(), telemetry.tx(), &mut |_| {}).with_context(|| format!("rank {}", env.rank))
+    });
     let report = telemetry.finish(result.as_ref().ok().map(|o| (o.steps, o.final_loss)));
     if env.telemetry.is_some() {
         eprintln!(
@@ -63,17 +53,10 @@ pub fn main_from_env() -> anyhow::Result<()> {
 }
 
 fn load_recipe(path: &Path) -> anyhow::Result<Recipe> {
-    let text = std::fs::read_to_string(path).with_context(|| {
-        format!(
-            "FLIGHTDECK_RECIPE {}: cannot read the recipe",
-            path.display()
-        )
-    })?;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("FLIGHTDECK_RECIPE {}: cannot read the recipe", path.display()))?;
     serde_json::from_str(&text).with_context(|| {
-        format!(
-            "FLIGHTDECK_RECIPE {}: not a validated recipe as JSON (the agent writes it)",
-            path.display()
-        )
+        format!("FLIGHTDECK_RECIPE {}: not a validated recipe as JSON (the agent writes it)", path.display())
     })
 }
 
@@ -104,19 +87,8 @@ pub(crate) mod testing {
         Recipe {
             name: "worker-test".into(),
             kind: Kind::Pretrain,
-            model: Model {
-                n_layer: 2,
-                n_head: 2,
-                d_model: 32,
-                context: 32,
-                vocab: 16,
-            },
-            data: Data {
-                source: DataSource::Synthetic {
-                    generator: "arith".into(),
-                },
-                seed: 1,
-            },
+            model: Model { n_layer: 2, n_head: 2, d_model: 32, context: 32, vocab: 16 },
+            data: Data { source: DataSource::Synthetic { generator: "arith".into() }, seed: 1 },
             train: Train {
                 steps,
                 batch_per_rank,
@@ -131,32 +103,11 @@ pub(crate) mod testing {
                 seed: 1337,
                 dtype: Dtype::Fp32,
             },
-            parallel: Parallel {
-                data: world,
-                backend: CollectiveBackend::Ring,
-                bucket_bytes: 25 << 20,
-            },
-            checkpoint: Checkpoint {
-                every: 0,
-                keep: 1,
-                dir: "ckpt".into(),
-            },
-            cluster: Cluster {
-                hosts: vec!["local".into()],
-                ranks_per_node: world,
-                device: Device::Cpu,
-            },
-            telemetry: Telemetry {
-                step_interval: 1,
-                sample_interval_ms: 1000,
-                enabled: true,
-            },
-            fault: Fault {
-                kind: FaultKind::None,
-                rank: 0,
-                step: 0,
-                slow_pct: 0.0,
-            },
+            parallel: Parallel { data: world, backend: CollectiveBackend::Ring, bucket_bytes: 25 << 20 },
+            checkpoint: Checkpoint { every: 0, keep: 1, dir: "ckpt".into() },
+            cluster: Cluster { hosts: vec!["local".into()], ranks_per_node: world, device: Device::Cpu },
+            telemetry: Telemetry { step_interval: 1, sample_interval_ms: 1000, enabled: true },
+            fault: Fault { kind: FaultKind::None, rank: 0, step: 0, slow_pct: 0.0 },
             command: None,
         }
     }
@@ -173,9 +124,6 @@ mod tests {
         assert_eq!(super::load_recipe(&path).unwrap(), r);
         std::fs::write(&path, "{").unwrap();
         let err = format!("{:#}", super::load_recipe(&path).unwrap_err());
-        assert!(
-            err.contains("FLIGHTDECK_RECIPE") && err.contains("r.json"),
-            "{err}"
-        );
+        assert!(err.contains("FLIGHTDECK_RECIPE") && err.contains("r.json"), "{err}");
     }
 }

@@ -53,9 +53,7 @@ impl Gpt {
     /// residual output projections at 0.02/√(2·n_layer), zero biases, unit LayerNorm gains.
     /// The same seed gives bit-identical weights on every rank.
     pub fn new(cfg: &Model, seed: u64) -> Result<Gpt, TchError> {
-        let _guard = INIT_LOCK
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let _guard = INIT_LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         tch::manual_seed(seed as i64);
         let d = i64::from(cfg.d_model);
         let std = 0.02;
@@ -63,21 +61,13 @@ impl Gpt {
         let mut params = Vec::new();
         let mut add = |name: String, t: Tensor, decay: bool| -> Result<Tensor, TchError> {
             let t = t.f_set_requires_grad(true)?;
-            params.push(Param {
-                name,
-                tensor: t.shallow_clone(),
-                decay,
-            });
+            params.push(Param { name, tensor: t.shallow_clone(), decay });
             Ok(t)
         };
         // The tied embedding is decayed: it is also the output head's weight matrix, and
         // nanoGPT (which decays every ≥2-D tensor) trains well so. Position embeddings are not.
         let wte = add("wte".into(), normal(&[i64::from(cfg.vocab), d], std)?, true)?;
-        let wpe = add(
-            "wpe".into(),
-            normal(&[i64::from(cfg.context), d], std)?,
-            false,
-        )?;
+        let wpe = add("wpe".into(), normal(&[i64::from(cfg.context), d], std)?, false)?;
         let mut blocks = Vec::new();
         for l in 0..cfg.n_layer {
             let p = |s: &str| format!("h.{l}.{s}");
@@ -92,25 +82,13 @@ impl Gpt {
                 ln2_b: add(p("ln_2.bias"), zeros(d)?, false)?,
                 fc_w: add(p("mlp.c_fc.weight"), normal(&[4 * d, d], std)?, true)?,
                 fc_b: add(p("mlp.c_fc.bias"), zeros(4 * d)?, false)?,
-                out_w: add(
-                    p("mlp.c_proj.weight"),
-                    normal(&[d, 4 * d], resid_std)?,
-                    true,
-                )?,
+                out_w: add(p("mlp.c_proj.weight"), normal(&[d, 4 * d], resid_std)?, true)?,
                 out_b: add(p("mlp.c_proj.bias"), zeros(d)?, false)?,
             });
         }
         let lnf_w = add("ln_f.weight".into(), ones(d)?, false)?;
         let lnf_b = add("ln_f.bias".into(), zeros(d)?, false)?;
-        Ok(Gpt {
-            cfg: cfg.clone(),
-            wte,
-            wpe,
-            blocks,
-            lnf_w,
-            lnf_b,
-            params,
-        })
+        Ok(Gpt { cfg: cfg.clone(), wte, wpe, blocks, lnf_w, lnf_b, params })
     }
 
     pub fn params(&self) -> &[Param] {
@@ -139,16 +117,7 @@ impl Gpt {
             let qkv = a.f_linear(&blk.qkv_w, Some(&blk.qkv_b))?.f_split(d, 2)?;
             let heads = |t_: &Tensor| t_.f_view([b, t, h, d / h])?.f_transpose(1, 2);
             let (q, k, v) = (heads(&qkv[0])?, heads(&qkv[1])?, heads(&qkv[2])?);
-            let y = Tensor::f_scaled_dot_product_attention(
-                &q,
-                &k,
-                &v,
-                None::<Tensor>,
-                0.0,
-                true,
-                None::<f64>,
-                false,
-            )?;
+            let y = Tensor::f_scaled_dot_product_attention(&q, &k, &v, None::<Tensor>, 0.0, true, None::<f64>, false)?;
             let y = y.f_transpose(1, 2)?.f_contiguous()?.f_view([b, t, d])?;
             x = x.f_add(&y.f_linear(&blk.proj_w, Some(&blk.proj_b))?)?;
             // MLP: 4·d with exact GELU.
@@ -164,15 +133,12 @@ impl Gpt {
     pub fn loss(&self, idx: &Tensor, targets: &Tensor) -> Result<Tensor, TchError> {
         let logits = self.forward(idx)?;
         let v = i64::from(self.cfg.vocab);
-        logits
-            .f_view([-1, v])?
-            .f_log_softmax(-1, Kind::Float)?
-            .f_nll_loss(
-                &targets.f_view([-1])?,
-                None::<Tensor>,
-                tch::Reduction::Mean,
-                -100,
-            )
+        logits.f_view([-1, v])?.f_log_softmax(-1, Kind::Float)?.f_nll_loss(
+            &targets.f_view([-1])?,
+            None::<Tensor>,
+            tch::Reduction::Mean,
+            -100,
+        )
     }
 }
 
@@ -193,13 +159,7 @@ mod tests {
     use super::*;
 
     pub(crate) fn tiny() -> Model {
-        Model {
-            n_layer: 2,
-            n_head: 2,
-            d_model: 32,
-            context: 16,
-            vocab: 16,
-        }
+        Model { n_layer: 2, n_head: 2, d_model: 32, context: 16, vocab: 16 }
     }
 
     #[test]
@@ -209,17 +169,11 @@ mod tests {
         let logits = m.forward(&idx).unwrap();
         assert_eq!(logits.size(), vec![3, 16, 16]);
         // Shorter than the context works too (positions are sliced).
-        assert_eq!(
-            m.forward(&idx.narrow(1, 0, 5)).unwrap().size(),
-            vec![3, 5, 16]
-        );
+        assert_eq!(m.forward(&idx.narrow(1, 0, 5)).unwrap().size(), vec![3, 5, 16]);
         // Targets unlike the inputs: tied embeddings favour repeating the input token a little.
         let targets = (&idx + 5).remainder(16);
         let loss = m.loss(&idx, &targets).unwrap().double_value(&[]);
-        assert!(
-            (loss - 16f64.ln()).abs() < 0.1,
-            "initial loss {loss} vs ln 16"
-        );
+        assert!((loss - 16f64.ln()).abs() < 0.1, "initial loss {loss} vs ln 16");
     }
 
     #[test]
@@ -235,8 +189,7 @@ mod tests {
         assert!(!a.params()[0].tensor.equal(&c.params()[0].tensor));
         // No separate lm_head: vocab·d counted once.
         let d = 32;
-        let per_block =
-            2 * d + 3 * d * d + 3 * d + d * d + d + 2 * d + 4 * d * d + 4 * d + 4 * d * d + d;
+        let per_block = 2 * d + 3 * d * d + 3 * d + d * d + d + 2 * d + 4 * d * d + 4 * d + 4 * d * d + d;
         assert_eq!(a.num_params(), 16 * d + 16 * d + 2 * per_block + 2 * d);
         let proj = &a.params()[6];
         assert_eq!(proj.name, "h.0.attn.c_proj.weight");

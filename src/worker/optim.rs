@@ -20,23 +20,9 @@ pub struct AdamW {
 }
 
 impl AdamW {
-    pub fn new(
-        params: &[Param],
-        beta1: f64,
-        beta2: f64,
-        weight_decay: f64,
-    ) -> Result<AdamW, TchError> {
-        let zeros = || -> Result<Vec<Tensor>, TchError> {
-            params.iter().map(|p| p.tensor.f_zeros_like()).collect()
-        };
-        Ok(AdamW {
-            beta1,
-            beta2,
-            weight_decay,
-            steps: 0,
-            exp_avg: zeros()?,
-            exp_avg_sq: zeros()?,
-        })
+    pub fn new(params: &[Param], beta1: f64, beta2: f64, weight_decay: f64) -> Result<AdamW, TchError> {
+        let zeros = || -> Result<Vec<Tensor>, TchError> { params.iter().map(|p| p.tensor.f_zeros_like()).collect() };
+        Ok(AdamW { beta1, beta2, weight_decay, steps: 0, exp_avg: zeros()?, exp_avg_sq: zeros()? })
     }
 
     pub fn from_recipe(params: &[Param], train: &Train) -> Result<AdamW, TchError> {
@@ -53,11 +39,7 @@ impl AdamW {
         let bias2 = 1.0 - self.beta2.powi(t);
         let step_size = lr / bias1;
         let bias2_sqrt = bias2.sqrt();
-        for ((p, m), v) in params
-            .iter_mut()
-            .zip(&mut self.exp_avg)
-            .zip(&mut self.exp_avg_sq)
-        {
+        for ((p, m), v) in params.iter_mut().zip(&mut self.exp_avg).zip(&mut self.exp_avg_sq) {
             let g = p.tensor.f_grad()?;
             if !g.defined() {
                 continue;
@@ -72,9 +54,7 @@ impl AdamW {
             // p ← p − lr/(1-β1ᵗ) · m / (√v/√(1-β2ᵗ) + eps)
             let mut denom = v.f_sqrt()?.f_div_scalar(bias2_sqrt)?;
             let _ = denom.f_add_scalar_(EPS)?;
-            let _ = p
-                .tensor
-                .f_sub_(&m.f_div(&denom)?.f_mul_scalar(step_size)?)?;
+            let _ = p.tensor.f_sub_(&m.f_div(&denom)?.f_mul_scalar(step_size)?)?;
         }
         Ok(())
     }
@@ -159,18 +139,12 @@ mod tests {
     }
 
     fn param(values: &[f32], decay: bool) -> Param {
-        Param {
-            name: "p".into(),
-            tensor: Tensor::from_slice(values).set_requires_grad(true),
-            decay,
-        }
+        Param { name: "p".into(), tensor: Tensor::from_slice(values).set_requires_grad(true), decay }
     }
 
     fn set_grad(p: &Param, g: &[f32]) {
         // d/dp Σ p·g = g
-        (&p.tensor * Tensor::from_slice(g))
-            .sum(Kind::Float)
-            .backward();
+        (&p.tensor * Tensor::from_slice(g)).sum(Kind::Float).backward();
     }
 
     #[test]
@@ -201,10 +175,7 @@ mod tests {
         }
         let got = Vec::<f32>::try_from(&ps[0].tensor.detach()).unwrap();
         for i in 0..2 {
-            assert!(
-                (f64::from(got[i]) - want[i]).abs() < 1e-6,
-                "{got:?} vs {want:?}"
-            );
+            assert!((f64::from(got[i]) - want[i]).abs() < 1e-6, "{got:?} vs {want:?}");
         }
         let bias = ps[1].tensor.double_value(&[0]);
         assert!((bias - want_bias).abs() < 1e-6, "{bias} vs {want_bias}");
@@ -228,19 +199,10 @@ mod tests {
     fn schedule_endpoints() {
         for s in [Schedule::Cosine, Schedule::Linear, Schedule::Constant] {
             let t = train(s);
-            assert!(
-                (lr_at(&t, 1) - 1e-4).abs() < 1e-12,
-                "{s:?} warmup starts at lr/warmup"
-            );
-            assert!(
-                (lr_at(&t, 10) - 1e-3).abs() < 1e-12,
-                "{s:?} peak at end of warmup"
-            );
+            assert!((lr_at(&t, 1) - 1e-4).abs() < 1e-12, "{s:?} warmup starts at lr/warmup");
+            assert!((lr_at(&t, 10) - 1e-3).abs() < 1e-12, "{s:?} peak at end of warmup");
             let end = if s == Schedule::Constant { 1e-3 } else { 1e-4 };
-            assert!(
-                (lr_at(&t, 100) - end).abs() < 1e-12,
-                "{s:?} at the last step"
-            );
+            assert!((lr_at(&t, 100) - end).abs() < 1e-12, "{s:?} at the last step");
         }
         let t = train(Schedule::Cosine);
         assert!((lr_at(&t, 55) - 5.5e-4).abs() < 1e-12, "cosine midpoint");

@@ -62,11 +62,7 @@ pub struct TelemetryTx {
 impl TelemetryTx {
     pub fn phase(&self, step: Step, phase: Phase) {
         if self.detail {
-            self.send(RankMsg::Phase {
-                step,
-                phase,
-                t_ms: unix_ms(),
-            });
+            self.send(RankMsg::Phase { step, phase, t_ms: unix_ms() });
         }
     }
 
@@ -123,12 +119,7 @@ impl Telemetry {
     /// Connects to the agent at `socket` (None: run by hand, nothing is sent), says `Hello` and
     /// `Register`, and starts the sender thread. Never fails: an unreachable socket is reported
     /// once on stderr.
-    pub fn connect(
-        socket: Option<&Path>,
-        node: &str,
-        rank: Rank,
-        cfg: &crate::recipe::Telemetry,
-    ) -> Telemetry {
+    pub fn connect(socket: Option<&Path>, node: &str, rank: Rank, cfg: &crate::recipe::Telemetry) -> Telemetry {
         let stats = Arc::new(Stats::default());
         let mut tel = Telemetry {
             tx: TelemetryTx {
@@ -161,9 +152,7 @@ impl Telemetry {
                 tel.tx.tx = Some(tx);
                 tel.thread = Some(handle);
             }
-            Err(e) => eprintln!(
-                "rank {rank}: cannot start the telemetry thread ({e}); training without telemetry"
-            ),
+            Err(e) => eprintln!("rank {rank}: cannot start the telemetry thread ({e}); training without telemetry"),
         }
         tel
     }
@@ -174,11 +163,7 @@ impl Telemetry {
             None,
             "local",
             Rank(0),
-            &crate::recipe::Telemetry {
-                step_interval: 1,
-                sample_interval_ms: 1000,
-                enabled: false,
-            },
+            &crate::recipe::Telemetry { step_interval: 1, sample_interval_ms: 1000, enabled: false },
         )
     }
 
@@ -234,13 +219,7 @@ fn open(path: &Path, node: &str, rank: Rank) -> std::io::Result<UnixStream> {
     let mut stream = UnixStream::connect(path)?;
     stream.set_write_timeout(Some(WRITE_TIMEOUT))?;
     write_frame(&mut stream, &Hello::new(Role::Rank, node))?;
-    write_frame(
-        &mut stream,
-        &RankMsg::Register {
-            rank,
-            pid: std::process::id(),
-        },
-    )?;
+    write_frame(&mut stream, &RankMsg::Register { rank, pid: std::process::id() })?;
     Ok(stream)
 }
 
@@ -300,20 +279,9 @@ fn settle(
 }
 
 /// Gives the socket up: what was buffered (`unflushed`, plus `extra` not yet counted) is lost.
-fn fail(
-    broken: &mut bool,
-    unflushed: &mut u64,
-    extra: u64,
-    e: std::io::Error,
-    path: &Path,
-    rank: Rank,
-    stats: &Stats,
-) {
+fn fail(broken: &mut bool, unflushed: &mut u64, extra: u64, e: std::io::Error, path: &Path, rank: Rank, stats: &Stats) {
     if !*broken {
-        eprintln!(
-            "rank {rank}: telemetry socket {} failed ({e}); training without telemetry",
-            path.display()
-        );
+        eprintln!("rank {rank}: telemetry socket {} failed ({e}); training without telemetry", path.display());
     }
     *broken = true;
     let n = *unflushed + extra;

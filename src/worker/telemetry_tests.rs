@@ -4,11 +4,7 @@ use crate::protocol::frame::read_frame;
 use std::os::unix::net::UnixListener;
 
 fn cfg(enabled: bool, step_interval: u64) -> crate::recipe::Telemetry {
-    crate::recipe::Telemetry {
-        step_interval,
-        sample_interval_ms: 1000,
-        enabled,
-    }
+    crate::recipe::Telemetry { step_interval, sample_interval_ms: 1000, enabled }
 }
 
 fn metrics(step: u64) -> StepMetrics {
@@ -29,10 +25,7 @@ fn metrics(step: u64) -> StepMetrics {
 }
 
 /// Runs a client against a real socket and returns what the agent side read.
-fn session(
-    enabled: bool,
-    body: impl FnOnce(&TelemetryTx),
-) -> (Hello, Vec<RankMsg>, TelemetryReport) {
+fn session(enabled: bool, body: impl FnOnce(&TelemetryTx)) -> (Hello, Vec<RankMsg>, TelemetryReport) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("agent.sock");
     let listener = UnixListener::bind(&path).unwrap();
@@ -61,21 +54,8 @@ fn frames_arrive_in_order_with_hello_register_and_finished() {
         }
     });
     assert_eq!((hello.role, hello.node.as_str()), (Role::Rank, "node-a"));
-    assert_eq!(
-        msgs[0],
-        RankMsg::Register {
-            rank: Rank(3),
-            pid: std::process::id()
-        }
-    );
-    assert!(matches!(
-        msgs[1],
-        RankMsg::Phase {
-            step: Step(1),
-            phase: Phase::Data,
-            ..
-        }
-    ));
+    assert_eq!(msgs[0], RankMsg::Register { rank: Rank(3), pid: std::process::id() });
+    assert!(matches!(msgs[1], RankMsg::Phase { step: Step(1), phase: Phase::Data, .. }));
     let steps: Vec<u64> = msgs
         .iter()
         .filter_map(|m| match m {
@@ -83,26 +63,9 @@ fn frames_arrive_in_order_with_hello_register_and_finished() {
             _ => None,
         })
         .collect();
-    assert_eq!(
-        steps,
-        vec![2, 3, 4],
-        "every 2nd step, and the one marked last"
-    );
-    assert_eq!(
-        msgs.last(),
-        Some(&RankMsg::Finished {
-            steps: 4,
-            final_loss: 0.5
-        })
-    );
-    assert_eq!(
-        report,
-        TelemetryReport {
-            sent: 6,
-            dropped: 0,
-            lost: 0
-        }
-    );
+    assert_eq!(steps, vec![2, 3, 4], "every 2nd step, and the one marked last");
+    assert_eq!(msgs.last(), Some(&RankMsg::Finished { steps: 4, final_loss: 0.5 }));
+    assert_eq!(report, TelemetryReport { sent: 6, dropped: 0, lost: 0 });
 }
 
 #[test]
@@ -119,12 +82,7 @@ fn disabled_telemetry_sends_only_register_and_finished() {
 #[test]
 fn unreachable_socket_is_not_an_error() {
     let dir = tempfile::tempdir().unwrap();
-    let tel = Telemetry::connect(
-        Some(&dir.path().join("nobody")),
-        "n",
-        Rank(0),
-        &cfg(true, 1),
-    );
+    let tel = Telemetry::connect(Some(&dir.path().join("nobody")), "n", Rank(0), &cfg(true, 1));
     tel.tx().phase(Step(1), Phase::Data);
     tel.tx().flush(Duration::from_millis(10));
     assert_eq!(tel.finish(Some((1, 1.0))).sent, 0);

@@ -40,16 +40,10 @@ pub struct TrainOutcome {
 pub fn check(recipe: &Recipe, world_size: u32) -> Result<(), TrainError> {
     let refuse = |msg: String| Err(TrainError::Recipe(msg));
     if recipe.kind != Kind::Pretrain {
-        return refuse(format!(
-            "kind = {:?}: the worker trains only \"pretrain\" recipes",
-            recipe.kind
-        ));
+        return refuse(format!("kind = {:?}: the worker trains only \"pretrain\" recipes", recipe.kind));
     }
     if recipe.cluster.device != Device::Cpu {
-        return refuse(
-            "cluster.device = \"cuda\" is not implemented yet in the worker (valid: \"cpu\")"
-                .into(),
-        );
+        return refuse("cluster.device = \"cuda\" is not implemented yet in the worker (valid: \"cpu\")".into());
     }
     if recipe.world_size() != world_size {
         return refuse(format!(
@@ -59,17 +53,12 @@ pub fn check(recipe: &Recipe, world_size: u32) -> Result<(), TrainError> {
     }
     let m = &recipe.model;
     if m.n_head == 0 || !m.d_model.is_multiple_of(m.n_head) {
-        return refuse(format!(
-            "model.d_model = {} must be a multiple of model.n_head = {}",
-            m.d_model, m.n_head
-        ));
+        return refuse(format!("model.d_model = {} must be a multiple of model.n_head = {}", m.d_model, m.n_head));
     }
     match recipe.fault.kind {
         FaultKind::HangInCollective => refuse(not_yet("hang-in-collective")),
         FaultKind::Mismatch => refuse(not_yet("mismatch")),
-        FaultKind::None | FaultKind::Crash | FaultKind::Slow | FaultKind::HangBeforeCollective => {
-            Ok(())
-        }
+        FaultKind::None | FaultKind::Crash | FaultKind::Slow | FaultKind::HangBeforeCollective => Ok(()),
     }
 }
 
@@ -100,9 +89,7 @@ pub fn train(
         )));
     }
     if recipe.train.dtype == Dtype::Bf16 {
-        eprintln!(
-            "rank {rank}: train.dtype = \"bf16\" runs as fp32 on CPU (bf16 autocast is for CUDA)"
-        );
+        eprintln!("rank {rank}: train.dtype = \"bf16\" runs as fp32 on CPU (bf16 autocast is for CUDA)");
     }
     let mut loader = Loader::new(source, context, recipe.train.batch_per_rank, rank, world);
     let mut model = Gpt::new(&recipe.model, recipe.train.seed)?;
@@ -110,8 +97,7 @@ pub fn train(
     let mut comm = Buckets::new(&recipe.parallel, model.num_params());
     let steps = recipe.train.steps;
     let fault = &recipe.fault;
-    let faulty =
-        |kind: FaultKind, s: u64| fault.kind == kind && fault.rank == rank && s >= fault.step;
+    let faulty = |kind: FaultKind, s: u64| fault.kind == kind && fault.rank == rank && s >= fault.step;
     let mut final_loss = f64::NAN;
 
     for s in 1..=steps {
@@ -150,11 +136,10 @@ pub fn train(
         let t_comm = if world > 1 {
             tele.phase(step, Phase::Comm);
             group.set_step(step);
-            comm.all_reduce_mean(model.params(), group)
-                .map_err(|e| match e {
-                    CommError::Torch(t) => TrainError::Torch(t),
-                    CommError::Collective(c) => TrainError::Collective { step: s, source: c },
-                })?;
+            comm.all_reduce_mean(model.params(), group).map_err(|e| match e {
+                CommError::Torch(t) => TrainError::Torch(t),
+                CommError::Collective(c) => TrainError::Collective { step: s, source: c },
+            })?;
             Instant::now()
         } else {
             t_bwd
@@ -185,19 +170,12 @@ pub fn train(
         tele.step(&metrics, s == steps);
         on_step(&metrics);
         if s % 10 == 0 || s == steps {
-            println!(
-                "rank {rank} step {s}/{steps} loss {loss_value:.4} step {:.1} ms",
-                metrics.step_time_ms
-            );
+            println!("rank {rank} step {s}/{steps} loss {loss_value:.4} step {:.1} ms", metrics.step_time_ms);
         }
         final_loss = loss_value;
     }
     tele.phase(Step(steps), Phase::Done);
-    Ok(TrainOutcome {
-        steps,
-        final_loss,
-        data_position: loader.position(),
-    })
+    Ok(TrainOutcome { steps, final_loss, data_position: loader.position() })
 }
 
 enum CommError {
@@ -218,17 +196,10 @@ impl Buckets {
         let bucket_elems = (parallel.bucket_bytes as usize / std::mem::size_of::<f32>()).max(1);
         // World 1 never communicates: no buffer.
         let len = if parallel.data > 1 { num_params } else { 0 };
-        Buckets {
-            flat: vec![0.0; len],
-            bucket_elems,
-        }
+        Buckets { flat: vec![0.0; len], bucket_elems }
     }
 
-    fn all_reduce_mean(
-        &mut self,
-        params: &[Param],
-        group: &mut dyn StepCollective,
-    ) -> Result<(), CommError> {
+    fn all_reduce_mean(&mut self, params: &[Param], group: &mut dyn StepCollective) -> Result<(), CommError> {
         let torch = CommError::Torch;
         let mut off = 0;
         let mut grads = Vec::with_capacity(params.len());
@@ -236,9 +207,7 @@ impl Buckets {
             let n = p.tensor.numel();
             let g = p.tensor.f_grad().map_err(torch)?;
             if g.defined() {
-                g.f_contiguous()
-                    .and_then(|c| c.f_copy_data(&mut self.flat[off..off + n], n))
-                    .map_err(torch)?;
+                g.f_contiguous().and_then(|c| c.f_copy_data(&mut self.flat[off..off + n], n)).map_err(torch)?;
             } else {
                 self.flat[off..off + n].fill(0.0);
             }
@@ -246,9 +215,7 @@ impl Buckets {
             off += n;
         }
         for bucket in self.flat.chunks_mut(self.bucket_elems) {
-            group
-                .all_reduce_sum(bucket)
-                .map_err(CommError::Collective)?;
+            group.all_reduce_sum(bucket).map_err(CommError::Collective)?;
         }
         let world = group.world_size() as f32;
         self.flat.iter_mut().for_each(|x| *x /= world);
@@ -256,10 +223,7 @@ impl Buckets {
         let all = Tensor::f_from_slice(&self.flat).map_err(torch)?;
         for (mut g, off, n) in grads {
             if g.defined() {
-                let src = all
-                    .f_narrow(0, off as i64, n as i64)
-                    .and_then(|t| t.f_view_as(&g))
-                    .map_err(torch)?;
+                let src = all.f_narrow(0, off as i64, n as i64).and_then(|t| t.f_view_as(&g)).map_err(torch)?;
                 g.f_copy_(&src).map_err(torch)?;
             }
         }
@@ -294,11 +258,7 @@ fn hang(rank: u32, step: u64) -> ! {
 fn rss_bytes() -> u64 {
     let pages = std::fs::read_to_string("/proc/self/statm")
         .ok()
-        .and_then(|s| {
-            s.split_whitespace()
-                .nth(1)
-                .and_then(|v| v.parse::<u64>().ok())
-        })
+        .and_then(|s| s.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()))
         .unwrap_or(0);
     // SAFETY: sysconf has no preconditions.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };

@@ -15,10 +15,7 @@ fn losses(recipe: &Recipe, group: &mut dyn StepCollective) -> (Vec<f64>, Vec<Ste
     let mut seen = Vec::new();
     let out = train(recipe, group, tel.tx(), &mut |m| seen.push(m.clone())).unwrap();
     assert_eq!(out.steps, recipe.train.steps);
-    assert_eq!(
-        out.final_loss.to_bits(),
-        seen.last().unwrap().loss.to_bits()
-    );
+    assert_eq!(out.final_loss.to_bits(), seen.last().unwrap().loss.to_bits());
     (seen.iter().map(|m| m.loss).collect(), seen)
 }
 
@@ -31,10 +28,7 @@ fn loss_falls_in_a_short_solo_run() {
     let r = recipe(1, 8, 40);
     let (l, metrics) = losses(&r, &mut Solo);
     let (first, last) = (mean(&l[..5]), mean(&l[35..]));
-    assert!(
-        last < 0.8 * first,
-        "first5 {first:.4} last5 {last:.4}: {l:?}"
-    );
+    assert!(last < 0.8 * first, "first5 {first:.4} last5 {last:.4}: {l:?}");
     let m = &metrics[39];
     assert_eq!(m.tokens, 8 * 32);
     assert_eq!(m.comm_ms, 0.0, "world 1 never communicates");
@@ -110,27 +104,17 @@ fn two_ranks_with_batch_b_match_one_rank_with_batch_2b() {
         .map(|rank| {
             let (r2, slots, barrier) = (r2.clone(), slots.clone(), barrier.clone());
             std::thread::spawn(move || {
-                let mut g = ThreadGroup {
-                    rank,
-                    world: 2,
-                    slots,
-                    barrier,
-                };
+                let mut g = ThreadGroup { rank, world: 2, slots, barrier };
                 losses(&r2, &mut g)
             })
         })
         .collect();
-    let per_rank: Vec<(Vec<f64>, Vec<StepMetrics>)> =
-        ranks.into_iter().map(|h| h.join().unwrap()).collect();
+    let per_rank: Vec<(Vec<f64>, Vec<StepMetrics>)> = ranks.into_iter().map(|h| h.join().unwrap()).collect();
     assert_eq!(one.len(), steps as usize);
     for (s, &one) in one.iter().enumerate() {
         let two = (per_rank[0].0[s] + per_rank[1].0[s]) / 2.0;
         let rel = (two - one).abs() / one.abs();
-        assert!(
-            rel < 1e-4,
-            "step {}: world 1 {one} vs world 2 mean {two} (rel {rel:e})",
-            s + 1
-        );
+        assert!(rel < 1e-4, "step {}: world 1 {one} vs world 2 mean {two} (rel {rel:e})", s + 1);
         // Averaged gradients are identical on both ranks, so are their norms.
         assert_eq!(per_rank[0].1[s].grad_norm, per_rank[1].1[s].grad_norm);
         assert_eq!(per_rank[0].1[s].tokens, 4 * 32);
@@ -140,12 +124,7 @@ fn two_ranks_with_batch_b_match_one_rank_with_batch_2b() {
 #[test]
 fn slow_fault_stretches_backward_from_its_step() {
     let mut r = recipe(1, 4, 6);
-    r.fault = Fault {
-        kind: FaultKind::Slow,
-        rank: 0,
-        step: 4,
-        slow_pct: 300.0,
-    };
+    r.fault = Fault { kind: FaultKind::Slow, rank: 0, step: 4, slow_pct: 300.0 };
     let (_, m) = losses(&r, &mut Solo);
     for m in &m[3..] {
         // bwd_ms = backward + 3 × (forward + backward) ≥ 3 × forward.
@@ -156,40 +135,23 @@ fn slow_fault_stretches_backward_from_its_step() {
 #[test]
 fn unimplemented_faults_and_bad_recipes_are_refused_up_front() {
     let mut r = recipe(1, 4, 6);
-    r.fault = Fault {
-        kind: FaultKind::Mismatch,
-        rank: 3,
-        step: 1,
-        slow_pct: 0.0,
-    };
+    r.fault = Fault { kind: FaultKind::Mismatch, rank: 3, step: 1, slow_pct: 0.0 };
     let err = check(&r, 1).unwrap_err().to_string();
     assert!(err.contains("not implemented yet"), "{err}");
     r.fault.kind = FaultKind::HangInCollective;
-    assert!(check(&r, 1)
-        .unwrap_err()
-        .to_string()
-        .contains("not implemented yet"));
+    assert!(check(&r, 1).unwrap_err().to_string().contains("not implemented yet"));
     let r = recipe(2, 4, 6);
     let err = check(&r, 1).unwrap_err().to_string();
-    assert!(
-        err.contains("parallel.data = 2 but WORLD_SIZE = 1"),
-        "{err}"
-    );
+    assert!(err.contains("parallel.data = 2 but WORLD_SIZE = 1"), "{err}");
     let mut r = recipe(1, 4, 6);
     r.model.vocab = 8;
     let tel = Telemetry::disabled();
-    let err = train(&r, &mut Solo, tel.tx(), &mut |_| {})
-        .unwrap_err()
-        .to_string();
+    let err = train(&r, &mut Solo, tel.tx(), &mut |_| {}).unwrap_err().to_string();
     assert!(err.contains("model.vocab = 8"), "{err}");
 }
 
 /// An agent's side of the telemetry socket: a listener and a reader of everything after Hello.
-fn agent() -> (
-    tempfile::TempDir,
-    std::path::PathBuf,
-    std::sync::mpsc::Receiver<RankMsg>,
-) {
+fn agent() -> (tempfile::TempDir, std::path::PathBuf, std::sync::mpsc::Receiver<RankMsg>) {
     use crate::protocol::frame::read_frame;
     use crate::protocol::message::Hello;
     let dir = tempfile::tempdir().unwrap();
@@ -229,37 +191,20 @@ fn telemetry_carries_phases_in_order_then_steps_then_finished() {
         .collect();
     let want = "register 1:data 1:fwd 1:bwd 1:opt 2:data 2:fwd 2:bwd 2:opt step2 \
                 3:data 3:fwd 3:bwd 3:opt step3 3:done finished3";
-    assert_eq!(
-        seen.join(" "),
-        want.split_whitespace().collect::<Vec<_>>().join(" ")
-    );
+    assert_eq!(seen.join(" "), want.split_whitespace().collect::<Vec<_>>().join(" "));
 }
 
 #[test]
 fn hang_before_collective_parks_after_reporting_data() {
     let (_dir, path, rx) = agent();
     let mut r = recipe(1, 2, 10);
-    r.fault = Fault {
-        kind: FaultKind::HangBeforeCollective,
-        rank: 0,
-        step: 3,
-        slow_pct: 0.0,
-    };
+    r.fault = Fault { kind: FaultKind::HangBeforeCollective, rank: 0, step: 3, slow_pct: 0.0 };
     std::thread::spawn(move || {
         let tel = Telemetry::connect(Some(&path), "local", Rank(0), &r.telemetry);
         let _ = train(&r, &mut Solo, tel.tx(), &mut |_| {});
         panic!("a hung rank never returns");
     });
-    let hung = |m: &RankMsg| {
-        matches!(
-            m,
-            RankMsg::Phase {
-                step: Step(3),
-                phase: Phase::Data,
-                ..
-            }
-        )
-    };
+    let hung = |m: &RankMsg| matches!(m, RankMsg::Phase { step: Step(3), phase: Phase::Data, .. });
     let timeout = std::time::Duration::from_secs(30);
     while !hung(&rx.recv_timeout(timeout).unwrap()) {}
     // Nothing after it: the rank stays in step 3's data phase (the thread is left parked).
@@ -275,13 +220,7 @@ fn measure_tiny_gpt() {
     tch::set_num_threads(1);
     for (lr, warmup) in [(3e-3, 5), (1e-3, 20)] {
         let mut r = recipe(1, 16, 200);
-        r.model = crate::recipe::Model {
-            n_layer: 2,
-            n_head: 4,
-            d_model: 128,
-            context: 64,
-            vocab: 16,
-        };
+        r.model = crate::recipe::Model { n_layer: 2, n_head: 4, d_model: 128, context: 64, vocab: 16 };
         (r.train.lr, r.train.min_lr, r.train.warmup) = (lr, lr / 10.0, warmup);
         let (l, m) = losses(&r, &mut Solo);
         let ms: Vec<f64> = m[10..].iter().map(|m| m.step_time_ms).collect();
@@ -291,10 +230,7 @@ fn measure_tiny_gpt() {
             mean(&ms),
             last / first
         );
-        let curve: Vec<String> = (0..200)
-            .step_by(20)
-            .map(|s| format!("{}:{:.3}", s + 1, l[s]))
-            .collect();
+        let curve: Vec<String> = (0..200).step_by(20).map(|s| format!("{}:{:.3}", s + 1, l[s])).collect();
         println!("  {}", curve.join(" "));
     }
 }

@@ -25,10 +25,7 @@ pub struct Db {
 impl Db {
     pub fn new() -> Db {
         // Short paths: Unix socket paths are limited to 108 bytes.
-        let dir = tempfile::Builder::new()
-            .prefix("fd")
-            .tempdir_in("/tmp")
-            .expect("tempdir");
+        let dir = tempfile::Builder::new().prefix("fd").tempdir_in("/tmp").expect("tempdir");
         Db { dir }
     }
 
@@ -50,20 +47,12 @@ impl Db {
 
     pub fn json(&self, args: &[&str]) -> serde_json::Value {
         let out = self.run(args);
-        assert!(
-            out.status.success(),
-            "{args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "{args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
         serde_json::from_slice(&out.stdout).expect("valid JSON")
     }
 
     pub fn spawn(&self, args: &[&str]) -> Child {
-        self.cmd(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawning flightdeck")
+        self.cmd(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawning flightdeck")
     }
 
     /// Blocks until no server owns this database (the server holds an exclusive flock on
@@ -94,11 +83,7 @@ impl Db {
             if cmd.contains(&needle) || String::from_utf8_lossy(&environ).contains(&needle) {
                 // A zombie has exited already; only its parent's wait is missing.
                 let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-                if stat
-                    .rsplit(')')
-                    .next()
-                    .is_some_and(|s| s.trim_start().starts_with('Z'))
-                {
+                if stat.rsplit(')').next().is_some_and(|s| s.trim_start().starts_with('Z')) {
                     continue;
                 }
                 found.push(format!("{pid}: {cmd}"));
@@ -123,10 +108,7 @@ impl Db {
 }
 
 /// Reads a child's stdout line by line until `pred` matches; returns that line.
-pub fn read_until(
-    lines: &mut impl Iterator<Item = std::io::Result<String>>,
-    pred: impl Fn(&str) -> bool,
-) -> String {
+pub fn read_until(lines: &mut impl Iterator<Item = std::io::Result<String>>, pred: impl Fn(&str) -> bool) -> String {
     for line in lines.by_ref() {
         let line = line.expect("reading child output");
         if pred(&line) {
@@ -147,11 +129,7 @@ pub fn csv_rows(text: &str) -> Vec<(u64, u32, f64)> {
     lines
         .map(|l| {
             let f: Vec<&str> = l.split(',').collect();
-            (
-                f[0].parse().unwrap(),
-                f[1].parse().unwrap(),
-                f[2].parse().unwrap(),
-            )
+            (f[0].parse().unwrap(), f[1].parse().unwrap(), f[2].parse().unwrap())
         })
         .collect()
 }
@@ -169,11 +147,7 @@ pub fn wait_pid_exit(pid: i32, timeout_ms: i32) {
     if fd < 0 {
         return; // already gone
     }
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
+    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
     // SAFETY: one valid pollfd; the descriptor is closed right after.
     unsafe {
         libc::poll(&mut p, 1, timeout_ms);

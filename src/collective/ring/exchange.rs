@@ -118,10 +118,7 @@ pub(super) fn all_reduce(
         while send_t < steps && send_off == 4 * send_chunk(send_t).len() {
             (send_t, send_off) = (send_t + 1, 0);
         }
-        while header_got == HEADER_BYTES
-            && recv_t < steps
-            && recv_off == 4 * recv_chunk(recv_t).len()
-        {
+        while header_got == HEADER_BYTES && recv_t < steps && recv_off == 4 * recv_chunk(recv_t).len() {
             (recv_t, recv_off) = (recv_t + 1, 0);
         }
         let send_done = header_sent == HEADER_BYTES && send_t == steps;
@@ -147,9 +144,7 @@ pub(super) fn all_reduce(
             if !pending.is_empty() {
                 match next.write(pending) {
                     Ok(0) => return Err(Failure::Send(io::ErrorKind::WriteZero.into())),
-                    Ok(k) if header_sent < HEADER_BYTES => {
-                        (header_sent, progressed) = (header_sent + k, true)
-                    }
+                    Ok(k) if header_sent < HEADER_BYTES => (header_sent, progressed) = (header_sent + k, true),
                     Ok(k) => (send_off, progressed) = (send_off + k, true),
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_out = true,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => progressed = true,
@@ -217,24 +212,12 @@ pub(super) fn all_reduce(
 /// which the next read or write then reports). Waits without limit: a live peer that is slow
 /// to arrive is a hang for the flight recorder to place, not an error to invent here.
 fn wait(next: &TcpStream, want_out: bool, prev: &TcpStream, want_in: bool) -> io::Result<()> {
-    let mut fds = [libc::pollfd {
-        fd: -1,
-        events: 0,
-        revents: 0,
-    }; 2];
+    let mut fds = [libc::pollfd { fd: -1, events: 0, revents: 0 }; 2];
     if want_out {
-        fds[0] = libc::pollfd {
-            fd: next.as_raw_fd(),
-            events: libc::POLLOUT,
-            revents: 0,
-        };
+        fds[0] = libc::pollfd { fd: next.as_raw_fd(), events: libc::POLLOUT, revents: 0 };
     }
     if want_in {
-        fds[1] = libc::pollfd {
-            fd: prev.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
+        fds[1] = libc::pollfd { fd: prev.as_raw_fd(), events: libc::POLLIN, revents: 0 };
     }
     poll(&mut fds, -1).map(|_| ())
 }
@@ -266,20 +249,13 @@ fn add_into(dst: &mut [f32], src: &[f32]) {
 fn as_bytes(floats: &[f32]) -> &[u8] {
     // SAFETY: f32 is four bytes with no padding and u8 needs no alignment, so the same memory
     // is a valid byte slice of four times the length, borrowed for the same lifetime.
-    unsafe {
-        std::slice::from_raw_parts(floats.as_ptr().cast::<u8>(), std::mem::size_of_val(floats))
-    }
+    unsafe { std::slice::from_raw_parts(floats.as_ptr().cast::<u8>(), std::mem::size_of_val(floats)) }
 }
 
 fn as_bytes_mut(floats: &mut [f32]) -> &mut [u8] {
     // SAFETY: as in `as_bytes`, and every bit pattern is a valid f32, so writes through the
     // byte view cannot leave an invalid value behind; the exclusive borrow moves to the result.
-    unsafe {
-        std::slice::from_raw_parts_mut(
-            floats.as_mut_ptr().cast::<u8>(),
-            std::mem::size_of_val(floats),
-        )
-    }
+    unsafe { std::slice::from_raw_parts_mut(floats.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(floats)) }
 }
 
 #[cfg(test)]
@@ -303,11 +279,7 @@ mod tests {
 
     #[test]
     fn header_description_names_the_collective() {
-        let h = Header {
-            seq: 7,
-            op: CollectiveOp::Barrier,
-            elements: 1,
-        };
+        let h = Header { seq: 7, op: CollectiveOp::Barrier, elements: 1 };
         assert_eq!(Header::describe(&h.encode()), "#7 barrier of 1 elements");
     }
 }

@@ -24,26 +24,16 @@ where
             let (addr, body, tx) = (addr.clone(), Arc::clone(&body), tx.clone());
             std::thread::spawn(move || {
                 let mut store = StoreClient::connect(&addr, Duration::from_secs(10)).unwrap();
-                let ring = Ring::connect(
-                    &mut store,
-                    Rank(r),
-                    world_size,
-                    "127.0.0.1",
-                    Duration::from_secs(30),
-                )
-                .unwrap();
+                let ring =
+                    Ring::connect(&mut store, Rank(r), world_size, "127.0.0.1", Duration::from_secs(30)).unwrap();
                 assert_eq!((ring.rank(), ring.world_size()), (Rank(r), world_size));
                 tx.send((r, body(ring))).unwrap();
             })
         })
         .collect();
     drop(tx);
-    let mut results: Vec<_> = (0..world_size)
-        .map(|_| {
-            rx.recv_timeout(HANG_GUARD)
-                .expect("a rank hung or panicked")
-        })
-        .collect();
+    let mut results: Vec<_> =
+        (0..world_size).map(|_| rx.recv_timeout(HANG_GUARD).expect("a rank hung or panicked")).collect();
     for h in handles {
         h.join().unwrap();
     }
@@ -107,22 +97,14 @@ fn random_floats_end_bit_identical_on_every_rank() {
             buf
         });
         for (rank, buf) in results.iter().enumerate().skip(1) {
-            let same = buf
-                .iter()
-                .zip(&results[0])
-                .all(|(a, b)| a.to_bits() == b.to_bits());
+            let same = buf.iter().zip(&results[0]).all(|(a, b)| a.to_bits() == b.to_bits());
             assert!(same, "world {world_size}: rank {rank} differs from rank 0");
         }
-        let inputs: Vec<_> = (1..=u64::from(world_size))
-            .map(|s| random_floats(s, len))
-            .collect();
+        let inputs: Vec<_> = (1..=u64::from(world_size)).map(|s| random_floats(s, len)).collect();
         for (i, got) in results[0].iter().enumerate() {
             let exact: f64 = inputs.iter().map(|v| f64::from(v[i])).sum();
             // Three f32 roundings of partial sums below 4 in magnitude.
-            assert!(
-                (f64::from(*got) - exact).abs() < 1e-5,
-                "element {i}: {got} vs {exact}"
-            );
+            assert!((f64::from(*got) - exact).abs() < 1e-5, "element {i}: {got} vs {exact}");
         }
     }
 }
@@ -162,18 +144,11 @@ fn mismatched_sizes_are_refused_not_summed() {
         ring.all_reduce_sum(&mut buf).unwrap_err()
     });
     let mismatch = results.iter().find_map(|e| match e {
-        CollectiveError::Protocol {
-            seq: 1,
-            op: "all_reduce",
-            reason,
-        } => Some(reason.clone()),
+        CollectiveError::Protocol { seq: 1, op: "all_reduce", reason } => Some(reason.clone()),
         _ => None,
     });
     let reason = mismatch.unwrap_or_else(|| panic!("no rank saw the mismatch: {results:?}"));
-    assert!(
-        reason.contains("of 10 elements") && reason.contains("of 11 elements"),
-        "{reason}"
-    );
+    assert!(reason.contains("of 10 elements") && reason.contains("of 11 elements"), "{reason}");
 }
 
 #[test]
@@ -184,10 +159,7 @@ fn recorded_ring_collectives_share_sequence_numbers_across_ranks() {
         recorder.all_reduce_sum(&mut buf).unwrap();
         recorder.barrier().unwrap();
         recorder.all_reduce_sum(&mut buf).unwrap();
-        let seen: Vec<_> = recorder
-            .records()
-            .map(|r| (r.seq, r.op, r.elements))
-            .collect();
+        let seen: Vec<_> = recorder.records().map(|r| (r.seq, r.op, r.elements)).collect();
         (buf, seen)
     });
     assert_eq!(results[0], results[1]);
@@ -201,9 +173,7 @@ fn bad_rendezvous_arguments_are_refused_with_the_values() {
     server.spawn();
     let mut store = StoreClient::connect(&addr, Duration::from_secs(5)).unwrap();
     let connect = |store: &mut StoreClient, rank, world, host| {
-        Ring::connect(store, Rank(rank), world, host, Duration::from_secs(1))
-            .err()
-            .unwrap()
+        Ring::connect(store, Rank(rank), world, host, Duration::from_secs(1)).err().unwrap()
     };
     let err = connect(&mut store, 4, 4, "127.0.0.1").to_string();
     assert!(err.contains("rank 4 is outside a world of 4"), "{err}");
