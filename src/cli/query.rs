@@ -101,7 +101,9 @@ pub async fn show(db: &DbPaths, run: &str, json: bool) -> anyhow::Result<i32> {
     let s = &d.summary;
     let f = |x: Option<f64>, unit: &str| x.map(|v| format!("{v:.4}{unit}")).unwrap_or_else(|| "-".into());
     println!("loss     first 10 steps {} → last 10 steps {}", f(s.loss_first10_mean, ""), f(s.loss_last10_mean, ""));
-    println!("speed    {} median step, {} tokens/s", f(s.step_time_ms_median, " ms"), f(s.tokens_per_s, ""));
+    let ms = s.step_time_ms_median.map(|v| format!("{v:.1} ms")).unwrap_or_else(|| "-".into());
+    let tps = s.tokens_per_s.map(|v| format!("{v:.0}")).unwrap_or_else(|| "-".into());
+    println!("speed    {ms} median step, {tps} tokens/s (all ranks)");
     println!("\nranks");
     for k in &d.ranks {
         let exit = k.exit.as_ref().map(|e| e.describe()).unwrap_or_else(|| "running".into());
