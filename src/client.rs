@@ -2,9 +2,7 @@
 use crate::paths::DbPaths;
 use crate::protocol::{read_frame_async, write_frame_async, Hello, Reply, Request, Role, PROTOCOL_VERSION};
 use anyhow::Context;
-use std::io::BufRead;
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::UnixStream;
@@ -61,31 +59,17 @@ impl Client {
 fn start_server(db: &DbPaths) -> anyhow::Result<()> {
     std::fs::create_dir_all(&db.root).with_context(|| format!("creating {}", db.root.display()))?;
     let exe = std::env::current_exe().context("locating the flightdeck executable")?;
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(db.root.join("server.stderr"))?;
     let mut cmd = Command::new(exe);
-    cmd.arg("--db").arg(&db.root).arg("server").stdin(Stdio::null()).stdout(Stdio::piped()).stderr(log);
-    // SAFETY: setsid is async-signal-safe and touches no parent memory.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::setsid() < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let mut child = cmd.spawn().context("starting the flightdeck server")?;
-    let mut line = String::new();
-    if let Some(out) = child.stdout.take() {
-        std::io::BufReader::new(out).read_line(&mut line)?;
-    }
-    // The server outlives this client; a thread reaps it if this client lives longer.
-    std::thread::spawn(move || child.wait());
-    if line.trim() != "ready" {
-        let stderr = std::fs::read_to_string(db.root.join("server.stderr")).unwrap_or_default();
-        if !stderr.contains("already owns") {
-            let last = stderr.lines().last().unwrap_or("(no output)");
-            anyhow::bail!("the server for {} did not start: {last}", db.root.display());
-        }
+    cmd.arg("--db").arg(&db.root).arg("server");
+    let stderr_log = db.root.join("server.stderr");
+    let ready = crate::detach::spawn_until_ready(cmd, &stderr_log).context("starting the flightdeck server")?;
+    let stderr = std::fs::read_to_string(&stderr_log).unwrap_or_default();
+    if !ready && !stderr.contains("already owns") {
+        anyhow::bail!(
+            "the server for {} did not start: {}",
+            db.root.display(),
+            crate::detach::log_tail(&stderr_log, 1)
+        );
     }
     Ok(())
 }

@@ -6,6 +6,7 @@ pub mod agent;
 pub mod cli;
 pub mod client;
 pub mod collective;
+pub mod detach;
 pub mod ids;
 pub mod paths;
 pub mod protocol;

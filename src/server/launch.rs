@@ -9,9 +9,7 @@ use crate::paths::{DbPaths, RunDirPaths};
 use crate::recipe::Recipe;
 use crate::store::{Batch, EventKind, EventRecord, RunRecord, RunStatus};
 use anyhow::Context;
-use std::io::BufRead;
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 /// SIGTERM-to-SIGKILL grace when stopping ranks.
 const STOP_GRACE_MS: u64 = 5000;
@@ -94,31 +92,11 @@ pub async fn launch(
 
 /// Starts `flightdeck agent` in its own session and waits for its "ready" line.
 fn start_agent(paths: &RunDirPaths) -> anyhow::Result<()> {
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(paths.agent_log())?;
     let mut cmd = Command::new(std::env::current_exe()?);
-    cmd.arg("agent").arg("--run-dir").arg(&paths.root).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(log);
-    // SAFETY: setsid is async-signal-safe and touches no parent memory.
-    unsafe {
-        cmd.pre_exec(|| {
-            // Its own session: the agent survives the server, the terminal and the SSH session.
-            if libc::setsid() < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let mut child = cmd.spawn().context("starting the agent")?;
-    let mut line = String::new();
-    if let Some(out) = child.stdout.take() {
-        std::io::BufReader::new(out).read_line(&mut line)?;
-    }
-    // Reap it when it exits, so no zombie is left while this server lives.
-    std::thread::spawn(move || child.wait());
-    if line.trim() != "ready" {
-        let tail = std::fs::read_to_string(paths.agent_log()).unwrap_or_default();
-        let tail: Vec<&str> = tail.lines().rev().take(5).collect();
-        let tail: Vec<&str> = tail.into_iter().rev().collect();
-        anyhow::bail!("the agent exited before it was ready; {}: {}", paths.agent_log().display(), tail.join(" | "));
+    cmd.arg("agent").arg("--run-dir").arg(&paths.root);
+    if !crate::detach::spawn_until_ready(cmd, &paths.agent_log()).context("starting the agent")? {
+        let log = paths.agent_log();
+        anyhow::bail!("the agent exited before it was ready; {}: {}", log.display(), crate::detach::log_tail(&log, 5));
     }
     Ok(())
 }

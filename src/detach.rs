@@ -1,0 +1,42 @@
+//! Starting a long-lived helper process (the server, an agent) in its own session, and waiting
+//! for the one "ready" line it prints once it serves.
+use std::io::BufRead;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+
+/// Spawns `cmd` detached (new session, stdin closed, stderr to `stderr_log`) and returns whether
+/// its first stdout line was `ready`. The child is reaped by a thread, so it never lingers as a
+/// zombie while the caller lives; it outlives the caller otherwise.
+pub fn spawn_until_ready(mut cmd: Command, stderr_log: &std::path::Path) -> std::io::Result<bool> {
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(stderr_log)?;
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(log);
+    // SAFETY: setsid is async-signal-safe and touches no parent memory.
+    unsafe {
+        cmd.pre_exec(|| {
+            // Its own session: it survives the caller, the terminal and an SSH session's hangup.
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn()?;
+    let mut line = String::new();
+    if let Some(out) = child.stdout.take() {
+        std::io::BufReader::new(out).read_line(&mut line)?;
+    }
+    std::thread::spawn(move || child.wait());
+    Ok(line.trim() == "ready")
+}
+
+/// The last `n` lines of a log file, joined for an error message.
+pub fn log_tail(path: &std::path::Path, n: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let tail = &lines[lines.len().saturating_sub(n)..];
+    if tail.is_empty() {
+        "(no output)".into()
+    } else {
+        tail.join(" | ")
+    }
+}
