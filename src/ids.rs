@@ -37,7 +37,7 @@ impl fmt::Display for Rank {
 }
 
 /// A training step, counted from 1 for the first optimizer update.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Step(pub u64);
 
 /// Milliseconds since the Unix epoch, the one clock every message carries.

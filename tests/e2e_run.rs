@@ -256,3 +256,28 @@ fn garbage_on_the_telemetry_socket_is_counted_and_the_run_goes_on() {
     assert_eq!(losses(&db, &id).len(), 80, "the real ranks' data is all there");
     db.finish();
 }
+
+#[test]
+fn a_python_command_rank_reports_over_json_lines() {
+    let db = Db::new();
+    let recipe = db.path().join("python.toml");
+    let script = repo().join("tests/fixtures/python_rank.py");
+    let assets = repo().join("assets");
+    std::fs::write(
+        &recipe,
+        format!(
+            "name = \"py\"\nkind = \"command\"\n[command]\nargv = [\"python3\", {:?}, {:?}]\n[cluster]\nranks_per_node = 2\n",
+            script.display().to_string(),
+            assets.display().to_string()
+        ),
+    )
+    .unwrap();
+    let out = db.run(&["run", recipe.to_str().unwrap(), "--headless"]);
+    assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let rows = losses(&db, "py");
+    assert_eq!(rows.len(), 10, "5 steps × 2 ranks: {rows:?}");
+    assert_eq!(rows[&(5, 1)], 3.0, "rank 1's loss at step 5 is 10/5 + 1");
+    let show = db.json(&["show", "py", "--json"]);
+    assert!(show["events"].as_array().unwrap().iter().all(|e| e["kind"] != "bad_frame"), "{show}");
+    db.finish();
+}

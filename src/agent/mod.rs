@@ -7,6 +7,7 @@ mod outbox;
 mod ranks;
 mod sampler;
 mod telemetry;
+mod telemetry_json;
 
 use crate::ids::{Rank, RunId};
 use crate::paths::RunDirPaths;

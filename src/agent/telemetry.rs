@@ -21,15 +21,27 @@ pub async fn serve(listener: UnixListener, tx: mpsc::Sender<Input>) {
 }
 
 async fn connection(mut stream: UnixStream, tx: mpsc::Sender<Input>) {
+    let mut buf = vec![0u8; 64 * 1024];
+    let first = match stream.read(&mut buf).await {
+        Ok(0) | Err(_) => return,
+        Ok(n) => n,
+    };
+    // A binary hello starts with its length (far below 123); `{` starts a JSON-lines client.
+    if buf[0] == b'{' {
+        return super::telemetry_json::connection(stream, buf[..first].to_vec(), tx).await;
+    }
     let mut hello = Decoder::<Hello>::new();
     let mut msgs = Decoder::<RankMsg>::new();
     let mut greeted = false;
     let mut rank: Option<Rank> = None;
-    let mut buf = vec![0u8; 64 * 1024];
+    let mut pending = Some(first);
     loop {
-        let n = match stream.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
+        let n = match pending.take() {
+            Some(n) => n,
+            None => match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            },
         };
         if !greeted {
             hello.push(&buf[..n]);

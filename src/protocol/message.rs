@@ -67,8 +67,10 @@ impl Phase {
     }
 }
 
-/// One optimizer step's telemetry from one rank.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// One optimizer step's telemetry from one rank. Missing fields of a JSON-lines client read
+/// as zero, so a script can send just `step` and `loss`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct StepMetrics {
     pub step: Step,
     pub loss: f64,
