@@ -121,13 +121,7 @@ async fn one(db: &DbPaths, cmd: Command, tx: &mpsc::Sender<DataEvent>) -> anyhow
                 let Reply::Metrics { points } = request(db, req).await? else {
                     anyhow::bail!("unexpected reply to metrics of {run}");
                 };
-                let mut by_step: BTreeMap<u64, (f64, u32)> = BTreeMap::new();
-                for p in points.iter().filter(|p| p.value.is_finite()) {
-                    let e = by_step.entry(p.step).or_insert((0.0, 0));
-                    e.0 += p.value;
-                    e.1 += 1;
-                }
-                let points = by_step.into_iter().map(|(s, (sum, n))| (s, sum / f64::from(n))).collect();
+                let points = mean_by_step(&points);
                 if tx.send(DataEvent::CompareSeries { run, points }).await.is_err() {
                     return Ok(());
                 }
@@ -152,4 +146,15 @@ fn list_recipes() -> Vec<String> {
         .collect();
     out.sort();
     out
+}
+
+/// The mean over ranks at each step (non-finite values left out), for the compare screen.
+pub fn mean_by_step(points: &[crate::store::Point]) -> Vec<(u64, f64)> {
+    let mut by_step: BTreeMap<u64, (f64, u32)> = BTreeMap::new();
+    for p in points.iter().filter(|p| p.value.is_finite()) {
+        let e = by_step.entry(p.step).or_insert((0.0, 0));
+        e.0 += p.value;
+        e.1 += 1;
+    }
+    by_step.into_iter().map(|(s, (sum, n))| (s, sum / f64::from(n))).collect()
 }

@@ -77,13 +77,13 @@ impl App {
                     spans.push(Span::raw(" "));
                     spans.push(Span::styled(r.status.name(), fmt::status_style(r.status)));
                     spans.push(Span::raw(format!(" · step {}/{} · {} ranks", r.step, r.steps_planned, m.world())));
-                    let layout = self.run_layouts().get(self.run.layout).map(|l| l.name.clone()).unwrap_or_default();
-                    spans.push(Span::styled(format!(" · layout {layout}"), fmt::dim()));
                     if let (true, Some(t)) = (m.is_live(), m.last_data_ms) {
                         let age = self.now_ms().saturating_sub(t);
                         let st = if age > STALE_MS { Style::new().fg(Color::Yellow) } else { fmt::dim() };
                         spans.push(Span::styled(format!(" · data {} ago", fmt::duration_ms(age)), st));
                     }
+                    let layout = self.run_layouts().get(self.run.layout).map(|l| l.name.clone()).unwrap_or_default();
+                    spans.push(Span::styled(format!(" · layout {layout}"), fmt::dim()));
                     spans.push(Span::styled(format!(" · {}", r.id), fmt::dim()));
                 }
             },

@@ -71,16 +71,16 @@ pub fn render(model: Option<&RunModel>, focused: bool, area: Rect, buf: &mut Buf
     };
     let world = model.world();
     let cols: [(&str, u16, u8); 10] = [
-        ("SEQ", 6, 0),
-        ("OP", 14, 1),
-        ("SIZE", 8, 2),
-        ("DONE", 9, 3),
-        ("P50 MS", 8, 4),
-        ("MAX MS", 8, 5),
-        ("SKEW MS", 8, 6),
-        ("BUSBW", 7, 7),
-        ("ALGBW", 7, 8),
-        ("STEP", 6, 9),
+        ("SEQ", 5, 0),
+        ("OP", 10, 1),
+        ("SIZE", 7, 7),
+        ("DONE", 5, 4),
+        ("P50 MS", 7, 2),
+        ("MAX MS", 7, 5),
+        ("SKEW MS", 7, 3),
+        ("BUSBW", 6, 6),
+        ("ALGBW", 6, 8),
+        ("STEP", 5, 9),
     ];
     let keep = fit_columns(&cols.iter().map(|c| (c.1, c.2)).collect::<Vec<_>>(), inner.width);
     let header = Row::new(cols.iter().zip(&keep).filter(|(_, k)| **k).map(|(c, _)| Cell::from(c.0))).style(fmt::dim());
@@ -90,7 +90,7 @@ pub fn render(model: Option<&RunModel>, focused: bool, area: Rect, buf: &mut Buf
         let gb = |v: Option<f64>| v.map(|g| format!("{g:.2}")).unwrap_or_else(|| "-".into());
         let cells = [
             row.seq.to_string(),
-            row.op.name().to_string(),
+            fmt::truncate(row.op.name(), 10),
             fmt::bytes(row.bytes),
             format!("{}/{}", s.done, world),
             fmt::opt_num(s.p50_ms),

@@ -30,7 +30,10 @@ pub fn render(model: Option<&RunModel>, focused: bool, area: Rect, buf: &mut Buf
         return;
     }
     let rows = inner.height as usize - 1; // the last line is the legend
-    let ncols = (inner.width - label_w) as usize;
+                                          // One column per step when the run is shorter than the panel is wide, drawn `cell_w` wide.
+    let span = (last.step.saturating_sub(first.first) + 1) as usize;
+    let ncols = ((inner.width - label_w) as usize).min(span.max(1));
+    let cell_w = ((inner.width - label_w) as usize / ncols).max(1);
     let world = series.per_rank.len().max(1);
     let group = world.div_ceil(rows.max(1));
     let (x0, x1) = (first.first as f64, (last.step as f64).max(first.first as f64 + 1.0));
@@ -60,8 +63,10 @@ pub fn render(model: Option<&RunModel>, focused: bool, area: Rect, buf: &mut Buf
             let Some(v) = v else { continue };
             let t = if hi > lo { (v - lo) / (hi - lo) } else { 0.0 };
             let (ch, color) = SHADES[((t * (SHADES.len() - 1) as f64).round() as usize).min(SHADES.len() - 1)];
-            if let Some(cell) = buf.cell_mut((inner.x + label_w + c as u16, y)) {
-                cell.set_char(ch).set_style(Style::new().fg(color));
+            for dx in 0..cell_w {
+                if let Some(cell) = buf.cell_mut((inner.x + label_w + (c * cell_w + dx) as u16, y)) {
+                    cell.set_char(ch).set_style(Style::new().fg(color));
+                }
             }
         }
     }
