@@ -9,7 +9,7 @@ TORCH_ENV := $(FLIGHTDECK_CACHE)/torch-env.mk
 BIN := target/release/flightdeck
 DEMO_DB ?= $(FLIGHTDECK_CACHE)/demo-db
 
-.PHONY: all build demo test deps torch clean-cache fmt lint
+.PHONY: all build demo demo-headless test deps torch clean-cache fmt lint
 
 all: build
 
@@ -36,9 +36,14 @@ build: deps $(TORCH_ENV)
 		cp -f $(CARGO_TARGET_DIR)/release/flightdeck $(BIN).tmp && mv -f $(BIN).tmp $(BIN); fi
 	@echo "built $(BIN)"
 
-# The main job: a local 2-rank run of the default recipe (the cockpit replaces this output
-# once it exists).
+# The main job: the cockpit on a local 2-rank run of the default recipe (q goes back to the
+# runs list, q again quits; the run goes on without the cockpit). Outside a terminal it follows
+# the run headless.
 demo: build
+	$(BIN) --db $(DEMO_DB) run recipes/tiny-gpt.toml --ranks-per-node 2
+
+# The same run with one progress line per interval instead of the cockpit.
+demo-headless: build
 	$(BIN) --db $(DEMO_DB) run recipes/tiny-gpt.toml --headless --ranks-per-node 2
 
 # The whole suite: unit tests, then the end-to-end tests that drive the real binary.

@@ -6,6 +6,8 @@ have() { command -v "$1" >/dev/null 2>&1; }
 have cc || need+=(build-essential)
 have python3 || need+=(python3 python3-venv)
 have pkg-config || need+=(pkg-config)
+# The cockpit's end-to-end test drives it in tmux.
+have tmux || need+=(tmux)
 if [ ${#need[@]} -gt 0 ]; then
   echo "install-deps: installing ${need[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive

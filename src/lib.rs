@@ -13,5 +13,6 @@ pub mod protocol;
 pub mod recipe;
 pub mod server;
 pub mod store;
+pub mod ui;
 #[cfg(feature = "torch")]
 pub mod worker;

@@ -55,6 +55,8 @@ pub enum Cmd {
     /// Internal: a training rank, started by agents with the torchrun environment.
     #[command(hide = true)]
     Worker,
+    /// Reopen the cockpit's live panels of a run (id, unique prefix or name).
+    Attach { run: String },
 }
 
 /// Exit codes: 0 success, 1 failure (a run failed, a server error), 2 bad input.
@@ -71,12 +73,7 @@ pub fn main() -> i32 {
     };
     let db = DbPaths::new(db_dir(cli.db.as_deref()));
     let result = match cli.command {
-        None => {
-            eprintln!(
-                "flightdeck: the cockpit is not built yet; try `flightdeck run RECIPE --headless` or `flightdeck runs`"
-            );
-            return EXIT_BAD_INPUT;
-        }
+        None => client_runtime().and_then(|rt| rt.block_on(crate::ui::run(&db, crate::ui::Start::Home))),
         Some(Cmd::Server { foreground }) => crate::server::main(db, foreground).map(|_| 0),
         Some(Cmd::Agent { run_dir }) => crate::agent::main(run_dir).map(|_| 0),
         Some(Cmd::Worker) => worker(),
@@ -114,6 +111,7 @@ async fn client_command(db: &DbPaths, cmd: Cmd) -> anyhow::Result<i32> {
         Cmd::Metrics(args) => query::metrics(db, args).await,
         Cmd::Stop { run } => query::stop_or_kill(db, &run, false).await,
         Cmd::Kill { run } => query::stop_or_kill(db, &run, true).await,
+        Cmd::Attach { run } => crate::ui::run(db, crate::ui::Start::Open(run)).await,
         Cmd::Server { .. } | Cmd::Agent { .. } | Cmd::Worker | Cmd::Doctor => unreachable_command(),
     }
 }

@@ -44,8 +44,10 @@ pub async fn run(db: &DbPaths, args: RunArgs) -> anyhow::Result<i32> {
             return Ok(EXIT_BAD_INPUT);
         }
     };
-    if !args.headless {
-        eprintln!("flightdeck: the cockpit is not built yet; running headless");
+    use std::io::IsTerminal;
+    let cockpit = !args.headless && std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
+    if !args.headless && !cockpit {
+        eprintln!("flightdeck: not a terminal: following the run headless");
     }
     let mut client = Client::connect(db).await?;
     let recipe_json = serde_json::to_string(&recipe)?;
@@ -56,6 +58,9 @@ pub async fn run(db: &DbPaths, args: RunArgs) -> anyhow::Result<i32> {
         other => anyhow::bail!("unexpected reply to launch: {other:?}"),
     };
     println!("run {run}: {} on {} rank(s), {} steps", recipe.name, recipe.world_size(), recipe.train.steps);
+    if cockpit {
+        return crate::ui::run(db, crate::ui::Start::Open(run.0.clone())).await;
+    }
     client.send(&Request::Follow { run: run.0.clone() }).await?;
     while let Some(reply) = client.next().await? {
         match reply {

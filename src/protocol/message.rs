@@ -341,6 +341,12 @@ pub enum Request {
     Watch {
         run: String,
     },
+    /// The cockpit's feed: the stored run (`Reply::Snapshot`), then its live frame batches as
+    /// `Watch` streams them, then `Reply::Ended`. The server subscribes to the live frames before
+    /// it reads the store, so nothing falls between the snapshot and the stream.
+    Open {
+        run: String,
+    },
 }
 
 /// Server → client.
@@ -381,6 +387,8 @@ pub enum Reply {
     Error {
         message: String,
     },
+    /// The first reply to `Open`: what the store holds of the run.
+    Snapshot(Box<RunSnapshot>),
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -393,4 +401,24 @@ pub struct Progress {
     pub step_time_ms_mean: Option<f64>,
     pub ranks_alive: u32,
     pub world_size: u32,
+}
+
+/// What the store holds of one run, for a cockpit that opens it (`Request::Open`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunSnapshot {
+    pub detail: crate::store::RunDetail,
+    /// One entry per (metric, rank), in step order: raw points (buckets of one) for short runs,
+    /// rollup buckets for long ones, so the snapshot stays small at any run length.
+    pub series: Vec<SeriesSnapshot>,
+    /// The most recent flight-recorder records of each rank.
+    pub collectives: Vec<(u32, Vec<CollectiveRecord>)>,
+    /// The tail of each rank's log.
+    pub logs: Vec<(u32, Vec<String>)>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SeriesSnapshot {
+    pub metric: String,
+    pub rank: u32,
+    pub buckets: Vec<crate::store::rollup::Bucket>,
 }

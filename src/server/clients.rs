@@ -28,6 +28,7 @@ pub async fn serve(stream: UnixStream, shared: &Shared) -> anyhow::Result<()> {
         match req {
             Request::Follow { run } => follow(&mut wr, shared, &run).await?,
             Request::Watch { run } => watch(&mut wr, shared, &run).await?,
+            Request::Open { run } => open(&mut wr, shared, &run).await?,
             other => {
                 let reply = answer(shared, other).await.unwrap_or_else(|e| Reply::Error { message: format!("{e:#}") });
                 write_frame_async(&mut wr, &reply).await?;
@@ -67,7 +68,7 @@ async fn answer(shared: &Shared, req: Request) -> anyhow::Result<Reply> {
         }
         Request::Stop { run } => command(shared, &run, AgentCommand::Stop).await?,
         Request::Kill { run } => command(shared, &run, AgentCommand::Kill).await?,
-        Request::Follow { .. } | Request::Watch { .. } => {
+        Request::Follow { .. } | Request::Watch { .. } | Request::Open { .. } => {
             anyhow::bail!("streamed requests are not answered once")
         }
     })
@@ -148,4 +149,87 @@ async fn watch(wr: &mut OwnedWriteHalf, shared: &Shared, query: &str) -> anyhow:
         }
     }
     send_final(wr, shared, id).await
+}
+
+/// Points of all metrics and ranks a snapshot carries at most; longer runs send rollups.
+const SNAPSHOT_POINTS: u64 = 400_000;
+/// Flight-recorder records per rank in a snapshot (the collectives panel shows recent ones).
+const SNAPSHOT_COLLECTIVES: usize = 64;
+/// Log lines in a snapshot, over all ranks.
+const SNAPSHOT_LOG_LINES: usize = 8_000;
+
+/// `Open`: subscribe to the live frames first, then send the stored snapshot, then stream.
+async fn open(wr: &mut OwnedWriteHalf, shared: &Shared, query: &str) -> anyhow::Result<()> {
+    use tokio::sync::broadcast::error::RecvError;
+    let id = match resolve(shared, query).await {
+        Ok(id) => id,
+        Err(e) => return Ok(write_frame_async(wr, &Reply::Error { message: format!("{e:#}") }).await?),
+    };
+    let rx = lock(&shared.registry).get(&id).map(|l| l.frames.subscribe());
+    let store = shared.store.clone();
+    let id2 = id.clone();
+    let snap = tokio::task::spawn_blocking(move || snapshot(&store, &id2)).await?;
+    match snap {
+        Ok(s) => write_frame_async(wr, &Reply::Snapshot(Box::new(s))).await?,
+        Err(e) => return Ok(write_frame_async(wr, &Reply::Error { message: format!("{e:#}") }).await?),
+    }
+    if let Some(mut rx) = rx {
+        loop {
+            match rx.recv().await {
+                Ok(frames) => {
+                    let reply = Reply::Frames { run: id.clone(), node: 0, frames: frames.as_ref().clone() };
+                    write_frame_async(wr, &reply).await?;
+                }
+                Err(RecvError::Lagged(skipped)) => {
+                    write_frame_async(wr, &Reply::Lagged { run: id.clone(), skipped }).await?;
+                }
+                Err(RecvError::Closed) => break,
+            }
+        }
+    }
+    send_final(wr, shared, id).await
+}
+
+/// Reads a run's snapshot: the detail first (its acked sequence numbers say which live frames
+/// the rest already holds), then series, collectives and log tails.
+fn snapshot(store: &crate::store::Store, id: &RunId) -> anyhow::Result<crate::protocol::RunSnapshot> {
+    use crate::protocol::SeriesSnapshot;
+    use crate::store::rollup::{Bucket, LEVELS};
+    let detail = store.detail(id)?.ok_or_else(|| anyhow::anyhow!("run {id} vanished"))?;
+    let ranks: Vec<u32> = detail.ranks.iter().map(|r| r.rank).collect();
+    let per_series = SNAPSHOT_POINTS / (detail.metrics.len().max(1) * ranks.len().max(1)) as u64;
+    let mut series = Vec::new();
+    for metric in &detail.metrics {
+        for info in &detail.ranks {
+            let level = LEVELS.iter().position(|w| info.step / w <= per_series);
+            let buckets: Vec<Bucket> = if info.step <= per_series {
+                let points = store.series(id, metric, Some(info.rank))?;
+                let one = |p: crate::store::Point| Bucket {
+                    min: p.value,
+                    max: p.value,
+                    sum: p.value,
+                    count: 1,
+                    last_step: p.step,
+                    last: p.value,
+                };
+                points.into_iter().map(one).collect()
+            } else {
+                let level = level.unwrap_or(LEVELS.len() - 1) as u8;
+                store.rollups(id, metric, info.rank, level)?.into_iter().map(|(_, b)| b).collect()
+            };
+            series.push(SeriesSnapshot { metric: metric.clone(), rank: info.rank, buckets });
+        }
+    }
+    let mut collectives = Vec::new();
+    let mut logs = Vec::new();
+    let lines_per_rank = (SNAPSHOT_LOG_LINES / ranks.len().max(1)).clamp(20, 500);
+    for &r in &ranks {
+        let mut recs = store.collectives(id, r)?;
+        recs.drain(..recs.len().saturating_sub(SNAPSHOT_COLLECTIVES));
+        collectives.push((r, recs));
+        let mut tail = store.log_tail(id, r)?;
+        tail.drain(..tail.len().saturating_sub(lines_per_rank));
+        logs.push((r, tail));
+    }
+    Ok(crate::protocol::RunSnapshot { detail, series, collectives, logs })
 }

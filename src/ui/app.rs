@@ -1,0 +1,283 @@
+//! The cockpit's state, owned by the UI task: screens, overlays and the input line. Events come
+//! in (`on_key`, `on_mouse`, `on_data`, `on_tick`); requests go out through `Effects`.
+use super::effects::{Command, DataEvent, Effects};
+use super::keymap::Keymap;
+use super::layout::{LayoutDef, PanelKind, ScreenKind};
+use super::model::RunModel;
+use super::panels::{chart::ChartView, compare::CompareRun, compare::CompareView, events::EventsView};
+use super::panels::{home::HomeView, logs::LogsView, ranks::RanksView};
+use crate::ids::RunId;
+use ratatui::layout::Rect;
+
+/// How often Home asks the server for the runs list again.
+const HOME_REFRESH_MS: u64 = 2_000;
+/// Below this a panel is unusable: the layout turns into tabs of full-size panels.
+const MIN_PANEL: (u16, u16) = (20, 5);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Screen {
+    Home,
+    Run,
+    Compare,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Overlay {
+    Help {
+        scroll: usize,
+    },
+    ConfirmKill {
+        run: RunId,
+        name: String,
+    },
+    /// Recipes under `recipes/` (None while listing).
+    Picker {
+        recipes: Option<Vec<String>>,
+        cursor: usize,
+    },
+}
+
+/// The bottom line while typing.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Input {
+    Command(String),
+    Filter(String),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Status {
+    pub text: String,
+    pub error: bool,
+}
+
+/// The Run screen: the open run and each panel's view state.
+#[derive(Debug, Default)]
+pub struct RunScreen {
+    /// What the user asked to open (an id, prefix or name).
+    pub query: String,
+    pub model: Option<RunModel>,
+    pub error: Option<String>,
+    pub layout: usize,
+    pub focus: usize,
+    pub zoom: bool,
+    pub chart: ChartView,
+    pub ranks: RanksView,
+    pub logs: LogsView,
+    pub events: EventsView,
+}
+
+/// Where the cockpit opens.
+#[derive(Clone, Debug)]
+pub enum Start {
+    Home,
+    Open(String),
+}
+
+/// The panels of the Run (or Compare) screen as drawn: rectangles, and a tab strip when the
+/// terminal is too small for the layout (then only the focused panel is drawn).
+pub struct Placed {
+    pub panels: Vec<(PanelKind, Rect)>,
+    pub tabs: Option<Rect>,
+    pub all: Vec<PanelKind>,
+}
+
+pub struct App {
+    pub effects: Effects,
+    pub keymap: Keymap,
+    pub layouts: Vec<LayoutDef>,
+    pub area: Rect,
+    pub screen: Screen,
+    pub home: HomeView,
+    pub run: RunScreen,
+    pub compare: CompareView,
+    pub overlay: Option<Overlay>,
+    pub input: Option<Input>,
+    pub status: Option<Status>,
+    pub quit: bool,
+    last_refresh_ms: u64,
+    last_second: u64,
+}
+
+impl App {
+    pub fn new(effects: Effects, keymap: Keymap, layouts: Vec<LayoutDef>, start: Start, area: Rect) -> App {
+        let mut app = App {
+            effects,
+            keymap,
+            layouts,
+            area,
+            screen: Screen::Home,
+            home: HomeView::default(),
+            run: RunScreen::default(),
+            compare: CompareView::default(),
+            overlay: None,
+            input: None,
+            status: None,
+            quit: false,
+            last_refresh_ms: 0,
+            last_second: 0,
+        };
+        app.last_refresh_ms = app.effects.now_ms();
+        app.effects.send(Command::ListRuns);
+        if let Start::Open(run) = start {
+            app.open_run(&run);
+        }
+        app
+    }
+
+    pub fn now_ms(&self) -> u64 {
+        self.effects.now_ms()
+    }
+
+    pub fn say(&mut self, text: impl Into<String>) {
+        self.status = Some(Status { text: text.into(), error: false });
+    }
+
+    pub fn error(&mut self, text: impl Into<String>) {
+        self.status = Some(Status { text: text.into(), error: true });
+    }
+
+    pub fn run_layouts(&self) -> Vec<&LayoutDef> {
+        self.layouts.iter().filter(|l| l.screen == ScreenKind::Run).collect()
+    }
+
+    fn compare_layout(&self) -> Option<&LayoutDef> {
+        self.layouts.iter().find(|l| l.screen == ScreenKind::Compare)
+    }
+
+    /// The screen between the header line and the footer line.
+    pub fn body(&self) -> Rect {
+        let a = self.area;
+        Rect { x: a.x, y: a.y + 1.min(a.height), width: a.width, height: a.height.saturating_sub(2) }
+    }
+
+    /// Where each panel of the current screen goes.
+    pub fn placed(&self) -> Placed {
+        let def = match self.screen {
+            Screen::Run => self.run_layouts().get(self.run.layout).copied(),
+            Screen::Compare => self.compare_layout(),
+            Screen::Home => None,
+        };
+        let Some(def) = def else {
+            return Placed { panels: Vec::new(), tabs: None, all: Vec::new() };
+        };
+        let body = self.body();
+        let all = def.panels();
+        let solved = def.solve(body);
+        let focus = self.run.focus.min(all.len().saturating_sub(1));
+        let small = solved.iter().any(|(_, r)| r.width < MIN_PANEL.0 || r.height < MIN_PANEL.1);
+        if self.screen == Screen::Run && self.run.zoom {
+            return Placed { panels: vec![(all[focus], body)], tabs: None, all };
+        }
+        if small && body.height > 2 {
+            let tabs = Rect { height: 1, ..body };
+            let rest = Rect { y: body.y + 1, height: body.height - 1, ..body };
+            let focus = if self.screen == Screen::Run { focus } else { 0 };
+            return Placed { panels: vec![(all[focus], rest)], tabs: Some(tabs), all };
+        }
+        Placed { panels: solved, tabs: None, all }
+    }
+
+    pub fn focused_panel(&self) -> Option<PanelKind> {
+        let all = self.run_layouts().get(self.run.layout).map(|l| l.panels()).unwrap_or_default();
+        all.get(self.run.focus.min(all.len().saturating_sub(1))).copied()
+    }
+
+    pub fn open_run(&mut self, query: &str) {
+        self.run = RunScreen {
+            query: query.to_string(),
+            layout: self.run.layout,
+            chart: std::mem::take(&mut self.run.chart),
+            ..RunScreen::default()
+        };
+        self.screen = Screen::Run;
+        self.effects.send(Command::Open { run: query.to_string() });
+    }
+
+    pub fn go_home(&mut self) {
+        if self.screen == Screen::Run {
+            self.effects.send(Command::Close);
+        }
+        self.screen = Screen::Home;
+        self.effects.send(Command::ListRuns);
+        self.last_refresh_ms = self.now_ms();
+    }
+
+    /// Opens the Compare screen on the marked runs (or says how to mark some).
+    pub fn open_compare(&mut self) {
+        let now = self.now_ms();
+        let marked: Vec<_> = self.home.runs.iter().filter(|r| self.home.marked.contains(&r.id)).cloned().collect();
+        let records = if marked.is_empty() { self.home.selected(now).cloned().into_iter().collect() } else { marked };
+        if records.is_empty() {
+            self.error("no run to compare: mark runs with space on Home first");
+            return;
+        }
+        let runs = records.iter().map(|r| r.id.clone()).collect();
+        self.compare.runs = records.into_iter().map(|record| CompareRun { record, points: None }).collect();
+        self.screen = Screen::Compare;
+        self.effects.send(Command::LoadCompare { runs });
+    }
+
+    pub fn on_data(&mut self, ev: DataEvent) -> bool {
+        match ev {
+            DataEvent::Runs(runs) => {
+                self.home.runs = runs;
+                self.home.loaded = true;
+                self.home.clamp(self.now_ms());
+            }
+            DataEvent::Snapshot(s) => {
+                let same = self.run.model.as_ref().is_none_or(|m| m.record.id == s.detail.run.id);
+                if self.screen == Screen::Run && same {
+                    self.run.model = Some(RunModel::from_snapshot(&s));
+                    self.run.error = None;
+                }
+            }
+            DataEvent::Frames { run, frames } => match self.run.model.as_mut() {
+                Some(m) if m.record.id == run => m.apply_frames(&frames),
+                _ => return false,
+            },
+            DataEvent::Lagged { run, skipped } => {
+                if self.run.model.as_ref().is_some_and(|m| m.record.id == run) {
+                    self.say(format!("the cockpit fell behind the run ({skipped} batches): reloading"));
+                    self.run.model = None;
+                    self.effects.send(Command::Open { run: run.to_string() });
+                }
+            }
+            DataEvent::Ended { run, status, reason } => match self.run.model.as_mut() {
+                Some(m) if m.record.id == run => m.ended(status, &reason),
+                _ => return false,
+            },
+            DataEvent::Launched(run) => {
+                self.say(format!("launched run {run}"));
+                self.overlay = None;
+                self.open_run(run.as_str());
+            }
+            DataEvent::Recipes(list) => {
+                if let Some(Overlay::Picker { recipes, .. }) = &mut self.overlay {
+                    *recipes = Some(list);
+                }
+            }
+            DataEvent::CompareSeries { run, points } => self.compare.set_points(&run, points),
+            DataEvent::Done(text) => self.say(text),
+            DataEvent::Error(text) => {
+                if self.screen == Screen::Run && self.run.model.is_none() {
+                    self.run.error = Some(text.clone());
+                }
+                self.error(text);
+            }
+        }
+        true
+    }
+
+    /// Called on every redraw tick; true when something on screen changed (ages tick by seconds).
+    pub fn on_tick(&mut self) -> bool {
+        let now = self.now_ms();
+        if self.screen == Screen::Home && now.saturating_sub(self.last_refresh_ms) >= HOME_REFRESH_MS {
+            self.last_refresh_ms = now;
+            self.effects.send(Command::ListRuns);
+        }
+        let second = now / 1000;
+        let changed = second != self.last_second;
+        self.last_second = second;
+        changed
+    }
+}

@@ -1,0 +1,104 @@
+//! Every outside effect of the cockpit passes through `Effects`: the clock it reads and the
+//! requests it makes of the server. Live, a server task carries the requests out; in tests they
+//! are only recorded, and the clock stands still, so every frame can be snapshot.
+use crate::ids::RunId;
+use crate::protocol::{AgentFrame, RunSnapshot};
+use crate::store::{RunRecord, RunStatus};
+use std::path::PathBuf;
+
+#[derive(Clone, Copy, Debug)]
+pub enum Clock {
+    System,
+    /// A fixed instant (Unix ms), for tests and benchmarks that drive time themselves.
+    Fixed(u64),
+}
+
+/// What the cockpit asks of the outside world.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Command {
+    ListRuns,
+    /// Stream a run: its snapshot, then live frames (replaces any open stream).
+    Open {
+        run: String,
+    },
+    /// Stop streaming the open run (the run itself goes on).
+    Close,
+    Launch {
+        recipe: PathBuf,
+        overrides: Vec<String>,
+    },
+    Kill {
+        run: RunId,
+    },
+    ListRecipes,
+    /// Mean loss per step of each run, for the compare screen.
+    LoadCompare {
+        runs: Vec<RunId>,
+    },
+}
+
+/// What comes back, as events for the UI task.
+#[derive(Clone, Debug)]
+pub enum DataEvent {
+    Runs(Vec<RunRecord>),
+    Snapshot(Box<RunSnapshot>),
+    Frames {
+        run: RunId,
+        frames: Vec<AgentFrame>,
+    },
+    /// The stream fell behind the run and dropped batches: the app reopens it.
+    Lagged {
+        run: RunId,
+        skipped: u64,
+    },
+    Ended {
+        run: RunId,
+        status: RunStatus,
+        reason: String,
+    },
+    Launched(RunId),
+    Recipes(Vec<String>),
+    CompareSeries {
+        run: RunId,
+        points: Vec<(u64, f64)>,
+    },
+    /// Something done, to say in the status line.
+    Done(String),
+    Error(String),
+}
+
+#[derive(Debug)]
+pub struct Effects {
+    pub clock: Clock,
+    outbox: Vec<Command>,
+}
+
+impl Effects {
+    pub fn live() -> Effects {
+        Effects { clock: Clock::System, outbox: Vec::new() }
+    }
+
+    pub fn fixed(now_ms: u64) -> Effects {
+        Effects { clock: Clock::Fixed(now_ms), outbox: Vec::new() }
+    }
+
+    pub fn now_ms(&self) -> u64 {
+        match self.clock {
+            Clock::System => crate::ids::unix_ms(),
+            Clock::Fixed(t) => t,
+        }
+    }
+
+    pub fn send(&mut self, c: Command) {
+        self.outbox.push(c);
+    }
+
+    /// The commands issued since the last call (the runtime hands them to the server task).
+    pub fn take(&mut self) -> Vec<Command> {
+        std::mem::take(&mut self.outbox)
+    }
+
+    pub fn pending(&self) -> &[Command] {
+        &self.outbox
+    }
+}

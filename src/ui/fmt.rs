@@ -1,0 +1,119 @@
+//! Formatting and styling shared by the panels: numbers, sizes, ages, column fitting, blocks.
+use crate::store::RunStatus;
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, BorderType, Borders};
+
+/// Data older than this on a live run is drawn dimmed with its age.
+pub const STALE_MS: u64 = 5_000;
+
+/// Four significant digits, switching to exponent form for very large or small values.
+pub fn num(v: f64) -> String {
+    if !v.is_finite() {
+        return format!("{v}");
+    }
+    let a = v.abs();
+    if a == 0.0 {
+        "0".into()
+    } else if !(1e-3..1e5).contains(&a) {
+        format!("{v:.2e}")
+    } else if a >= 100.0 {
+        format!("{v:.1}")
+    } else if a >= 1.0 {
+        format!("{v:.3}")
+    } else {
+        format!("{v:.4}")
+    }
+}
+
+pub fn opt_num(v: Option<f64>) -> String {
+    v.map(num).unwrap_or_else(|| "-".into())
+}
+
+pub fn bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "K", "M", "G", "T"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b}B")
+    } else {
+        format!("{v:.1}{}", UNITS[u])
+    }
+}
+
+/// `850ms`, `12s`, `3m05s`, `2h10m`.
+pub fn duration_ms(ms: u64) -> String {
+    let s = ms / 1000;
+    if ms < 1000 {
+        format!("{ms}ms")
+    } else if s < 60 {
+        format!("{s}s")
+    } else if s < 3600 {
+        format!("{}m{:02}s", s / 60, s % 60)
+    } else {
+        format!("{}h{:02}m", s / 3600, (s % 3600) / 60)
+    }
+}
+
+pub fn status_style(s: RunStatus) -> Style {
+    match s {
+        RunStatus::Starting | RunStatus::Running => Style::new().fg(Color::Green),
+        RunStatus::Succeeded => Style::new().fg(Color::Cyan),
+        RunStatus::Failed => Style::new().fg(Color::Red),
+        RunStatus::Killed | RunStatus::Stopped => Style::new().fg(Color::Magenta),
+        RunStatus::Interrupted => Style::new().fg(Color::Yellow),
+    }
+}
+
+pub fn dim() -> Style {
+    Style::new().add_modifier(Modifier::DIM)
+}
+
+/// A panel's frame: its title, and a bright border when it has the focus.
+pub fn panel_block<'a>(title: Line<'a>, focused: bool) -> Block<'a> {
+    let border = if focused { Style::new().fg(Color::Cyan) } else { Style::new().fg(Color::DarkGray) };
+    Block::new()
+        .borders(Borders::ALL)
+        .border_type(if focused { BorderType::Thick } else { BorderType::Plain })
+        .border_style(border)
+        .title(title)
+}
+
+pub fn title<'a>(name: &'a str, extra: String) -> Line<'a> {
+    let mut spans = vec![Span::styled(format!(" {name} "), Style::new().add_modifier(Modifier::BOLD))];
+    if !extra.is_empty() {
+        spans.push(Span::raw(format!("{extra} ")));
+    }
+    Line::from(spans)
+}
+
+/// Which columns fit in `width`: columns are (width, priority: lower = more important); one
+/// space separates them. Returns a keep-flag per column.
+pub fn fit_columns(cols: &[(u16, u8)], width: u16) -> Vec<bool> {
+    let mut keep = vec![false; cols.len()];
+    let mut order: Vec<usize> = (0..cols.len()).collect();
+    order.sort_by_key(|&i| cols[i].1);
+    let mut used: u16 = 0;
+    for i in order {
+        let need = cols[i].0 + u16::from(used > 0);
+        if used + need <= width {
+            used += need;
+            keep[i] = true;
+        }
+    }
+    keep
+}
+
+/// Cuts text to at most `n` characters, marking the cut with `…`.
+pub fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        return s.to_string();
+    }
+    let mut out: String = s.chars().take(n.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}

@@ -1,0 +1,160 @@
+//! The live side of `Effects`: carries the cockpit's commands to the server off the UI task
+//! and sends what comes back as events. One connection per request; a stream has its own.
+use super::effects::{Command, DataEvent};
+use crate::client::Client;
+use crate::paths::DbPaths;
+use crate::protocol::{Reply, Request};
+use std::collections::BTreeMap;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+pub struct ServerLink {
+    db: DbPaths,
+    tx: mpsc::Sender<DataEvent>,
+    /// The open run's stream; replaced by the next `Open`, ended by `Close`.
+    stream: Option<JoinHandle<()>>,
+}
+
+impl ServerLink {
+    pub fn new(db: DbPaths, tx: mpsc::Sender<DataEvent>) -> ServerLink {
+        ServerLink { db, tx, stream: None }
+    }
+
+    pub fn handle(&mut self, cmd: Command) {
+        let (db, tx) = (self.db.clone(), self.tx.clone());
+        match cmd {
+            Command::Open { run } => {
+                self.close();
+                self.stream = Some(tokio::spawn(async move {
+                    if let Err(e) = stream(&db, &run, &tx).await {
+                        let _ = tx.send(DataEvent::Error(format!("run {run}: {e:#}"))).await;
+                    }
+                }));
+            }
+            Command::Close => self.close(),
+            other => {
+                tokio::spawn(async move {
+                    if let Err(e) = one(&db, other, &tx).await {
+                        let _ = tx.send(DataEvent::Error(format!("{e:#}"))).await;
+                    }
+                });
+            }
+        }
+    }
+
+    fn close(&mut self) {
+        if let Some(h) = self.stream.take() {
+            h.abort();
+        }
+    }
+}
+
+impl Drop for ServerLink {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// Streams one run: its snapshot, then frames until it ends. A full event channel makes this
+/// task wait, the server's broadcast then lags, and the app reloads: memory stays bounded.
+async fn stream(db: &DbPaths, run: &str, tx: &mpsc::Sender<DataEvent>) -> anyhow::Result<()> {
+    let mut c = Client::connect(db).await?;
+    c.send(&Request::Open { run: run.to_string() }).await?;
+    while let Some(reply) = c.next().await? {
+        let ev = match reply {
+            Reply::Snapshot(s) => DataEvent::Snapshot(s),
+            Reply::Frames { run, frames, .. } => DataEvent::Frames { run, frames },
+            Reply::Lagged { run, skipped } => DataEvent::Lagged { run, skipped },
+            Reply::Ended { run, status, reason } => {
+                let _ = tx.send(DataEvent::Ended { run, status, reason }).await;
+                return Ok(());
+            }
+            Reply::Error { message } => anyhow::bail!("{message}"),
+            other => anyhow::bail!("unexpected reply while watching: {other:?}"),
+        };
+        if tx.send(ev).await.is_err() {
+            return Ok(()); // the cockpit has quit
+        }
+    }
+    anyhow::bail!("lost the server while watching run {run}")
+}
+
+async fn request(db: &DbPaths, req: Request) -> anyhow::Result<Reply> {
+    let mut c = Client::connect(db).await?;
+    match c.request(&req).await? {
+        Reply::Error { message } => anyhow::bail!("{message}"),
+        r => Ok(r),
+    }
+}
+
+async fn one(db: &DbPaths, cmd: Command, tx: &mpsc::Sender<DataEvent>) -> anyhow::Result<()> {
+    let ev = match cmd {
+        Command::ListRuns => match request(db, Request::ListRuns).await? {
+            Reply::Runs { runs } => DataEvent::Runs(runs),
+            other => anyhow::bail!("unexpected reply to the runs list: {other:?}"),
+        },
+        Command::Launch { recipe, overrides } => {
+            let path = recipe.clone();
+            let loaded = tokio::task::spawn_blocking(move || crate::recipe::load_file(&path, &overrides)).await?;
+            let r = loaded.map_err(|e| anyhow::anyhow!("{e}"))?;
+            let req = Request::Launch {
+                recipe_json: serde_json::to_string(&r)?,
+                recipe_path: recipe.display().to_string(),
+                name: None,
+            };
+            match request(db, req).await? {
+                Reply::Launched { run } => DataEvent::Launched(run),
+                other => anyhow::bail!("unexpected reply to launch: {other:?}"),
+            }
+        }
+        Command::Kill { run } => {
+            request(db, Request::Kill { run: run.to_string() }).await?;
+            DataEvent::Done(format!("kill sent to run {run}"))
+        }
+        Command::ListRecipes => {
+            let list = tokio::task::spawn_blocking(list_recipes).await?;
+            DataEvent::Recipes(list)
+        }
+        Command::LoadCompare { runs } => {
+            for run in runs {
+                let req = Request::Metrics { run: run.to_string(), key: Some("loss".into()), rank: None };
+                let Reply::Metrics { points } = request(db, req).await? else {
+                    anyhow::bail!("unexpected reply to metrics of {run}");
+                };
+                let points = mean_by_step(&points);
+                if tx.send(DataEvent::CompareSeries { run, points }).await.is_err() {
+                    return Ok(());
+                }
+            }
+            return Ok(());
+        }
+        Command::Open { .. } | Command::Close => return Ok(()),
+    };
+    let _ = tx.send(ev).await;
+    Ok(())
+}
+
+/// `recipes/*.toml` under the current directory, sorted.
+fn list_recipes() -> Vec<String> {
+    let mut out: Vec<String> = std::fs::read_dir("recipes")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .map(|p| p.display().to_string())
+        .collect();
+    out.sort();
+    out
+}
+
+/// The mean over ranks at each step (non-finite values left out), for the compare screen.
+pub fn mean_by_step(points: &[crate::store::Point]) -> Vec<(u64, f64)> {
+    let mut by_step: BTreeMap<u64, (f64, u32)> = BTreeMap::new();
+    for p in points.iter().filter(|p| p.value.is_finite()) {
+        let e = by_step.entry(p.step).or_insert((0.0, 0));
+        e.0 += p.value;
+        e.1 += 1;
+    }
+    by_step.into_iter().map(|(s, (sum, n))| (s, sum / f64::from(n))).collect()
+}

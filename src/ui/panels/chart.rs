@@ -1,0 +1,189 @@
+//! The metric chart: mean over ranks with the min–max band across ranks, optional per-rank
+//! lines, EMA smoothing, log-y, and a step or wall-clock axis. Min/max per column plus the last
+//! value, so a spike stays visible at any zoom.
+use crate::ui::action::Action;
+use crate::ui::fmt;
+use crate::ui::model::{wall_of, RunModel};
+use crate::ui::series::Agg;
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+use ratatui::style::Color;
+use ratatui::symbols::Marker;
+use ratatui::text::Line;
+use ratatui::widgets::canvas::{Canvas, Line as CLine};
+use ratatui::widgets::{Paragraph, Widget};
+
+/// Per-rank lines drawn at most (the first ranks); more would be noise.
+const MAX_RANK_LINES: usize = 8;
+const RANK_COLORS: [Color; 8] = [
+    Color::Yellow,
+    Color::Magenta,
+    Color::Green,
+    Color::Blue,
+    Color::LightRed,
+    Color::LightCyan,
+    Color::White,
+    Color::Red,
+];
+/// EMA weight of each new point (W&B-style, debiased at the start).
+const EMA_ALPHA: f64 = 0.2;
+
+#[derive(Clone, Debug, Default)]
+pub struct ChartView {
+    pub metric: usize,
+    pub ema: bool,
+    pub log_y: bool,
+    pub wall: bool,
+    pub per_rank: bool,
+}
+
+impl ChartView {
+    pub fn on_action(&mut self, a: Action, model: Option<&RunModel>) -> bool {
+        match a {
+            Action::ToggleEma => self.ema = !self.ema,
+            Action::ToggleLogY => self.log_y = !self.log_y,
+            Action::ToggleAxis => self.wall = !self.wall,
+            Action::TogglePerRank => self.per_rank = !self.per_rank,
+            Action::NextMetric => {
+                let n = model.map(|m| m.metrics.len()).unwrap_or(1).max(1);
+                self.metric = (self.metric + 1) % n;
+            }
+            _ => return false,
+        }
+        true
+    }
+
+    fn flags(&self) -> String {
+        let mut f = Vec::new();
+        if self.ema {
+            f.push("ema");
+        }
+        if self.log_y {
+            f.push("log-y");
+        }
+        f.push(if self.wall { "x: wall s" } else { "x: step" });
+        if self.per_rank {
+            f.push("per-rank");
+        }
+        f.join(" ")
+    }
+}
+
+/// One line of the plot: points (x, y) already transformed.
+pub struct Trace {
+    pub points: Vec<(f64, f64)>,
+    pub color: Color,
+}
+
+pub fn render(model: Option<&RunModel>, view: &ChartView, focused: bool, area: Rect, buf: &mut Buffer) {
+    let names = model.map(|m| m.metric_names()).unwrap_or_default();
+    let metric = names.get(view.metric % names.len().max(1)).cloned().unwrap_or_else(|| "loss".into());
+    let series = model.and_then(|m| m.metrics.get(&metric));
+    let last = series.and_then(|s| s.cross.last()).copied();
+    let extra = match last {
+        Some(a) => format!("mean {} · step {} · {}", fmt::num(a.mean()), a.step, view.flags()),
+        None => view.flags(),
+    };
+    let block = fmt::panel_block(fmt::title(&metric, extra), focused);
+    let inner = block.inner(area);
+    block.render(area, buf);
+    let (Some(model), Some(series)) = (model, series) else {
+        Paragraph::new(Line::styled("waiting for the first step…", fmt::dim())).render(inner, buf);
+        return;
+    };
+    let table = if view.wall { model.wall_axis() } else { Vec::new() };
+    let x_of = |s: u64| if view.wall { wall_of(&table, s) } else { s as f64 };
+    let entries = series.cross.entries();
+    let (Some(first), Some(lastp)) = (entries.first(), entries.last()) else {
+        return;
+    };
+    let (x0, x1) = (x_of(first.first), x_of(lastp.step).max(x_of(first.first) + 1.0));
+    let gutter = 8u16;
+    if inner.width <= gutter + 4 || inner.height < 3 {
+        Paragraph::new(format!("{} {}", metric, fmt::num(lastp.mean()))).render(inner, buf);
+        return;
+    }
+    let plot = Rect { x: inner.x + gutter, y: inner.y, width: inner.width - gutter, height: inner.height - 1 };
+    // Braille: two dots per cell across.
+    let ncols = plot.width as usize * 2;
+    let ty = |v: f64| if view.log_y { (v > 0.0).then(|| v.log10()) } else { Some(v) };
+    let cols = series.cross.columns(ncols, x0, x1, &x_of);
+    let col_x = |i: usize| x0 + (x1 - x0) * (i as f64 + 0.5) / ncols as f64;
+    let band: Vec<(f64, f64, f64)> =
+        cols.iter().enumerate().filter_map(|(i, c)| c.and_then(|a| Some((col_x(i), ty(a.min)?, ty(a.max)?)))).collect();
+    let mut mean: Vec<(f64, f64)> =
+        cols.iter().enumerate().filter_map(|(i, c)| c.and_then(|a: Agg| Some((col_x(i), ty(a.mean())?)))).collect();
+    if view.ema {
+        ema(&mut mean);
+    }
+    let mut traces = Vec::new();
+    if view.per_rank {
+        for (r, s) in series.per_rank.iter().take(MAX_RANK_LINES).enumerate() {
+            let c = s.columns(ncols, x0, x1, &x_of);
+            let mut pts: Vec<(f64, f64)> =
+                c.iter().enumerate().filter_map(|(i, c)| c.and_then(|a| Some((col_x(i), ty(a.mean())?)))).collect();
+            if view.ema {
+                ema(&mut pts);
+            }
+            traces.push(Trace { points: pts, color: RANK_COLORS[r % RANK_COLORS.len()] });
+        }
+    }
+    let ys = band.iter().flat_map(|b| [b.1, b.2]).chain(traces.iter().flat_map(|t| t.points.iter().map(|p| p.1)));
+    let (mut y0, mut y1) = ys.fold((f64::MAX, f64::MIN), |(lo, hi), y| (lo.min(y), hi.max(y)));
+    if y0 > y1 {
+        return;
+    }
+    let pad = ((y1 - y0) * 0.05).max(1e-9);
+    y0 -= pad;
+    y1 += pad;
+    traces.push(Trace { points: mean, color: Color::Cyan });
+    draw_plot(&band, &traces, [x0, x1], [y0, y1], plot, buf);
+    // Axis labels: y at top and bottom of the gutter, x below the plot.
+    let uy = |v: f64| if view.log_y { 10f64.powf(v) } else { v };
+    let label = |s: String| fmt::truncate(&s, gutter as usize - 1);
+    buf.set_string(inner.x, plot.y, label(fmt::num(uy(y1))), fmt::dim());
+    buf.set_string(inner.x, plot.y + plot.height - 1, label(fmt::num(uy(y0))), fmt::dim());
+    let unit = if view.wall { "s" } else { "" };
+    let x_label = |x: f64| if view.wall { format!("{}{unit}", fmt::num(x)) } else { format!("{}", x.round() as u64) };
+    let (left, right) = (x_label(x0), x_label(x1));
+    let by = inner.y + inner.height - 1;
+    buf.set_string(plot.x, by, &left, fmt::dim());
+    let rx = (plot.x + plot.width).saturating_sub(right.chars().count() as u16);
+    if rx > plot.x + left.chars().count() as u16 {
+        buf.set_string(rx, by, &right, fmt::dim());
+    }
+}
+
+/// Smooths a line in place (exponential moving average, debiased).
+fn ema(points: &mut [(f64, f64)]) {
+    let mut acc = 0.0;
+    let mut weight = 0.0;
+    for p in points.iter_mut() {
+        acc = acc * (1.0 - EMA_ALPHA) + p.1 * EMA_ALPHA;
+        weight = weight * (1.0 - EMA_ALPHA) + EMA_ALPHA;
+        p.1 = acc / weight;
+    }
+}
+
+/// Draws a min–max band (dim vertical strokes) and lines on a braille canvas.
+pub fn draw_plot(band: &[(f64, f64, f64)], traces: &[Trace], xb: [f64; 2], yb: [f64; 2], area: Rect, buf: &mut Buffer) {
+    Canvas::default()
+        .marker(Marker::Braille)
+        .x_bounds(xb)
+        .y_bounds(yb)
+        .paint(|ctx| {
+            for &(x, lo, hi) in band {
+                ctx.draw(&CLine { x1: x, y1: lo, x2: x, y2: hi, color: Color::DarkGray });
+            }
+            ctx.layer();
+            for t in traces {
+                for w in t.points.windows(2) {
+                    ctx.draw(&CLine { x1: w[0].0, y1: w[0].1, x2: w[1].0, y2: w[1].1, color: t.color });
+                }
+                if let [only] = t.points.as_slice() {
+                    ctx.draw(&CLine { x1: only.0, y1: only.1, x2: only.0, y2: only.1, color: t.color });
+                }
+            }
+        })
+        .render(area, buf);
+}

@@ -1,0 +1,200 @@
+//! The Home screen's runs table: sort, filter, marks for compare, and the selected run.
+use crate::ids::RunId;
+use crate::store::RunRecord;
+use crate::ui::action::Action;
+use crate::ui::fmt::{self, fit_columns};
+use ratatui::buffer::Buffer;
+use ratatui::layout::{Constraint, Rect};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::Line;
+use ratatui::widgets::{Cell, Paragraph, Row, StatefulWidget, Table, TableState, Widget};
+use std::collections::BTreeSet;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SortKey {
+    Started,
+    Status,
+    Name,
+    Step,
+    Loss,
+    Duration,
+}
+
+impl SortKey {
+    const ORDER: [SortKey; 6] =
+        [SortKey::Started, SortKey::Status, SortKey::Name, SortKey::Step, SortKey::Loss, SortKey::Duration];
+    fn next(self) -> SortKey {
+        let i = SortKey::ORDER.iter().position(|k| *k == self).unwrap_or(0);
+        SortKey::ORDER[(i + 1) % SortKey::ORDER.len()]
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            SortKey::Started => "started",
+            SortKey::Status => "status",
+            SortKey::Name => "name",
+            SortKey::Step => "step",
+            SortKey::Loss => "loss",
+            SortKey::Duration => "duration",
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct HomeView {
+    pub runs: Vec<RunRecord>,
+    pub loaded: bool,
+    pub cursor: usize,
+    pub sort: SortKey,
+    /// Newest first by default.
+    pub descending: bool,
+    pub filter: String,
+    pub marked: BTreeSet<RunId>,
+}
+
+impl Default for HomeView {
+    fn default() -> HomeView {
+        HomeView {
+            runs: Vec::new(),
+            loaded: false,
+            cursor: 0,
+            sort: SortKey::Started,
+            descending: true,
+            filter: String::new(),
+            marked: BTreeSet::new(),
+        }
+    }
+}
+
+fn duration(r: &RunRecord, now_ms: u64) -> u64 {
+    r.ended_ms.unwrap_or(now_ms).saturating_sub(r.created_ms)
+}
+
+impl HomeView {
+    /// The runs shown: filtered by the `/` text (id, name, recipe, status), then sorted.
+    pub fn visible(&self, now_ms: u64) -> Vec<&RunRecord> {
+        let f = self.filter.to_lowercase();
+        let mut v: Vec<&RunRecord> = self
+            .runs
+            .iter()
+            .filter(|r| {
+                f.is_empty()
+                    || [r.id.as_str(), &r.name, &r.recipe_name, r.status.name()]
+                        .iter()
+                        .any(|s| s.to_lowercase().contains(&f))
+            })
+            .collect();
+        v.sort_by(|a, b| {
+            let o = match self.sort {
+                SortKey::Started => a.id.cmp(&b.id),
+                SortKey::Status => a.status.name().cmp(b.status.name()),
+                SortKey::Name => a.name.cmp(&b.name),
+                SortKey::Step => a.step.cmp(&b.step),
+                SortKey::Loss => a.last_loss.unwrap_or(f64::MAX).total_cmp(&b.last_loss.unwrap_or(f64::MAX)),
+                SortKey::Duration => duration(a, now_ms).cmp(&duration(b, now_ms)),
+            };
+            if self.descending {
+                o.reverse()
+            } else {
+                o
+            }
+        });
+        v
+    }
+
+    pub fn selected(&self, now_ms: u64) -> Option<&RunRecord> {
+        self.visible(now_ms).get(self.cursor).copied()
+    }
+
+    pub fn on_action(&mut self, a: Action, now_ms: u64, page: usize) {
+        let n = self.visible(now_ms).len();
+        match a {
+            Action::Up => self.cursor = self.cursor.saturating_sub(1),
+            Action::Down => self.cursor = (self.cursor + 1).min(n.saturating_sub(1)),
+            Action::PageUp => self.cursor = self.cursor.saturating_sub(page),
+            Action::PageDown => self.cursor = (self.cursor + page).min(n.saturating_sub(1)),
+            Action::Top => self.cursor = 0,
+            Action::Bottom => self.cursor = n.saturating_sub(1),
+            Action::Sort => self.sort = self.sort.next(),
+            Action::SortReverse => self.descending = !self.descending,
+            Action::Select => {
+                if let Some(id) = self.selected(now_ms).map(|r| r.id.clone()) {
+                    if !self.marked.remove(&id) {
+                        self.marked.insert(id);
+                    }
+                    self.cursor = (self.cursor + 1).min(n.saturating_sub(1));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Keeps the cursor on a row after the list changed.
+    pub fn clamp(&mut self, now_ms: u64) {
+        self.cursor = self.cursor.min(self.visible(now_ms).len().saturating_sub(1));
+    }
+
+    pub fn render(&self, now_ms: u64, area: Rect, buf: &mut Buffer) {
+        let runs = self.visible(now_ms);
+        let arrow = if self.descending { "↓" } else { "↑" };
+        let mut extra = format!("{} of {} · sort {} {arrow}", runs.len(), self.runs.len(), self.sort.name());
+        if !self.filter.is_empty() {
+            extra.push_str(&format!(" · filter {:?}", self.filter));
+        }
+        if !self.marked.is_empty() {
+            extra.push_str(&format!(" · {} marked", self.marked.len()));
+        }
+        let block = fmt::panel_block(fmt::title("runs", extra), true);
+        let inner = block.inner(area);
+        block.render(area, buf);
+        if runs.is_empty() {
+            let text = if !self.loaded {
+                "loading runs…".to_string()
+            } else if self.runs.is_empty() {
+                "no runs yet: press n to pick a recipe, or type :run recipes/tiny-gpt.toml".to_string()
+            } else {
+                "no run matches the filter (/ to change it)".to_string()
+            };
+            Paragraph::new(Line::styled(text, fmt::dim())).render(inner, buf);
+            return;
+        }
+        // (header, width, priority)
+        let cols: [(&str, u16, u8); 9] = [
+            ("STATUS", 12, 0),
+            ("NAME", 14, 1),
+            ("STEP", 11, 2),
+            ("LOSS", 7, 3),
+            ("TIME", 6, 4),
+            ("WORLD", 5, 5),
+            ("ID", 20, 6),
+            ("RECIPE", 14, 7),
+            ("PARENT", 20, 8),
+        ];
+        let keep = fit_columns(&cols.iter().map(|c| (c.1, c.2)).collect::<Vec<_>>(), inner.width);
+        let header =
+            Row::new(cols.iter().zip(&keep).filter(|(_, k)| **k).map(|(c, _)| Cell::from(c.0))).style(fmt::dim());
+        let rows_avail = inner.height.saturating_sub(1) as usize;
+        let offset = (self.cursor + 1).saturating_sub(rows_avail.max(1));
+        let rows = runs.iter().skip(offset).take(rows_avail).map(|r| {
+            let mark = if self.marked.contains(&r.id) { "● " } else { "  " };
+            let cells: [Cell; 9] = [
+                Cell::from(format!("{mark}{}", r.status.name())).style(fmt::status_style(r.status)),
+                Cell::from(fmt::truncate(&r.name, 14)),
+                Cell::from(format!("{}/{}", r.step, r.steps_planned)),
+                Cell::from(fmt::opt_num(r.last_loss)),
+                Cell::from(fmt::duration_ms(duration(r, now_ms))),
+                Cell::from(r.world_size.to_string()),
+                Cell::from(r.id.to_string()),
+                Cell::from(fmt::truncate(&r.recipe_name, 14)),
+                Cell::from(r.parent.as_ref().map(|p| p.to_string()).unwrap_or_else(|| "-".into())),
+            ];
+            Row::new(cells.into_iter().zip(&keep).filter(|(_, k)| **k).map(|(c, _)| c))
+        });
+        let widths: Vec<Constraint> =
+            cols.iter().zip(&keep).filter(|(_, k)| **k).map(|(c, _)| Constraint::Length(c.1)).collect();
+        let table = Table::new(rows, widths)
+            .header(header)
+            .row_highlight_style(Style::new().bg(Color::DarkGray).add_modifier(Modifier::BOLD));
+        let mut state = TableState::default().with_selected(Some(self.cursor - offset));
+        StatefulWidget::render(table, inner, buf, &mut state);
+    }
+}

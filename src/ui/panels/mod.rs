@@ -1,0 +1,10 @@
+//! The cockpit's panels: one file each, holding its view state, its keys and its drawing.
+pub mod chart;
+pub mod collectives;
+pub mod compare;
+pub mod events;
+pub mod heatmap;
+pub mod help;
+pub mod home;
+pub mod logs;
+pub mod ranks;

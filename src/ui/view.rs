@@ -1,0 +1,188 @@
+//! Drawing the whole cockpit from `&App`: header, the current screen, footer, overlays.
+//! Rendering only reads state.
+use super::action::Action;
+use super::app::{App, Input, Overlay, Screen};
+use super::fmt::{self, STALE_MS};
+use super::layout::PanelKind;
+use super::panels::{chart, collectives, compare, events, heatmap, help, logs, ranks};
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Clear, Paragraph, Widget};
+
+impl Widget for &App {
+    fn render(self, area: Rect, buf: &mut Buffer) {
+        if area.height < 3 || area.width < 10 {
+            Paragraph::new("flightdeck: terminal too small").render(area, buf);
+            return;
+        }
+        self.header(Rect { height: 1, ..area }, buf);
+        let body = self.body();
+        match self.screen {
+            Screen::Home => self.home.render(self.now_ms(), body, buf),
+            Screen::Run | Screen::Compare => self.panels(buf),
+        }
+        self.footer(Rect { y: area.y + area.height - 1, height: 1, ..area }, buf);
+        match &self.overlay {
+            Some(Overlay::Help { scroll }) => help::render(&self.keymap, *scroll, body, buf),
+            Some(Overlay::ConfirmKill { run, name }) => {
+                let text =
+                    format!("Kill run {name} ({run})? Every rank gets SIGKILL.  y: kill · any other key: cancel");
+                popup(" kill ", vec![Line::styled(text, Style::new().fg(Color::Red))], body, buf);
+            }
+            Some(Overlay::Picker { recipes, cursor }) => {
+                let lines: Vec<Line> = match recipes {
+                    None => vec![Line::styled("listing recipes/…", fmt::dim())],
+                    Some(r) if r.is_empty() => vec![Line::styled("no recipes/*.toml here", fmt::dim())],
+                    Some(r) => r
+                        .iter()
+                        .enumerate()
+                        .map(|(i, name)| {
+                            let st = if i == *cursor { Style::new().bg(Color::DarkGray) } else { Style::new() };
+                            Line::styled(name.clone(), st)
+                        })
+                        .collect(),
+                };
+                popup(" launch a recipe · enter: launch · esc: cancel ", lines, body, buf);
+            }
+            None => {}
+        }
+    }
+}
+
+fn popup(title: &str, lines: Vec<Line>, area: Rect, buf: &mut Buffer) {
+    let w = area.width.min(76);
+    let h = (lines.len() as u16 + 2).min(area.height);
+    let r = Rect { x: area.x + (area.width - w) / 2, y: area.y + (area.height - h) / 2, width: w, height: h };
+    Clear.render(r, buf);
+    let block = fmt::panel_block(Line::from(title.to_string()), true);
+    let inner = block.inner(r);
+    block.render(r, buf);
+    Paragraph::new(lines).wrap(ratatui::widgets::Wrap { trim: true }).render(inner, buf);
+}
+
+impl App {
+    fn header(&self, area: Rect, buf: &mut Buffer) {
+        let bold = Style::new().add_modifier(Modifier::BOLD);
+        let mut spans = vec![Span::styled(" flightdeck ", bold.fg(Color::Black).bg(Color::Cyan)), Span::raw(" ")];
+        match self.screen {
+            Screen::Home => spans.push(Span::styled("home", bold)),
+            Screen::Compare => spans.push(Span::styled(format!("compare · {} runs", self.compare.runs.len()), bold)),
+            Screen::Run => match &self.run.model {
+                None => spans.push(Span::raw(format!("opening {}…", self.run.query))),
+                Some(m) => {
+                    let r = &m.record;
+                    spans.push(Span::styled(r.name.clone(), bold));
+                    spans.push(Span::raw(" "));
+                    spans.push(Span::styled(r.status.name(), fmt::status_style(r.status)));
+                    spans.push(Span::raw(format!(" · step {}/{} · {} ranks", r.step, r.steps_planned, m.world())));
+                    if let (true, Some(t)) = (m.is_live(), m.last_data_ms) {
+                        let age = self.now_ms().saturating_sub(t);
+                        let st = if age > STALE_MS { Style::new().fg(Color::Yellow) } else { fmt::dim() };
+                        spans.push(Span::styled(format!(" · data {} ago", fmt::duration_ms(age)), st));
+                    }
+                    let layout = self.run_layouts().get(self.run.layout).map(|l| l.name.clone()).unwrap_or_default();
+                    spans.push(Span::styled(format!(" · layout {layout}"), fmt::dim()));
+                    spans.push(Span::styled(format!(" · {}", r.id), fmt::dim()));
+                }
+            },
+        }
+        Paragraph::new(Line::from(spans)).render(area, buf);
+    }
+
+    fn footer(&self, area: Rect, buf: &mut Buffer) {
+        let line = match (&self.input, &self.status) {
+            (Some(Input::Command(t)), _) => Line::from(vec![Span::raw(":"), Span::raw(t.clone()), Span::raw("█")]),
+            (Some(Input::Filter(t)), _) => Line::from(vec![
+                Span::raw("/"),
+                Span::raw(t.clone()),
+                Span::raw("█"),
+                Span::styled("  enter: keep · esc: clear", fmt::dim()),
+            ]),
+            (None, Some(s)) => {
+                let st = if s.error { Style::new().fg(Color::Red) } else { Style::new().fg(Color::Green) };
+                Line::styled(s.text.clone(), st)
+            }
+            (None, None) => Line::styled(self.hints(), fmt::dim()),
+        };
+        Paragraph::new(line).render(area, buf);
+    }
+
+    fn hints(&self) -> String {
+        let k = |a: Action| self.keymap.hint(a).to_string();
+        let pairs: Vec<(String, &str)> = match self.screen {
+            Screen::Home => vec![
+                (k(Action::Help), "help"),
+                (k(Action::Open), "open"),
+                (k(Action::RecipePicker), "new run"),
+                (k(Action::Command), "command"),
+                (k(Action::Filter), "filter"),
+                (k(Action::Select), "mark"),
+                (k(Action::Compare), "compare"),
+                (k(Action::Sort), "sort"),
+                (k(Action::Back), "quit"),
+            ],
+            Screen::Run => vec![
+                (k(Action::Help), "help"),
+                (k(Action::FocusNext), "focus"),
+                (k(Action::Zoom), "zoom"),
+                ("1-9".into(), "layout"),
+                (k(Action::ToggleEma), "ema"),
+                (k(Action::ToggleLogY), "log-y"),
+                (k(Action::ToggleAxis), "axis"),
+                (k(Action::TogglePerRank), "ranks"),
+                (k(Action::Kill), "kill"),
+                (k(Action::Back), "back"),
+            ],
+            Screen::Compare => vec![(k(Action::ToggleLogY), "log-y"), (k(Action::Back), "back")],
+        };
+        pairs.iter().map(|(key, what)| format!("{key} {what}")).collect::<Vec<_>>().join(" · ")
+    }
+
+    fn panels(&self, buf: &mut Buffer) {
+        if self.screen == Screen::Run && self.run.model.is_none() {
+            let text = match &self.run.error {
+                Some(e) => Line::styled(e.clone(), Style::new().fg(Color::Red)),
+                None => Line::styled(format!("opening run {}…", self.run.query), fmt::dim()),
+            };
+            Paragraph::new(text).render(self.body(), buf);
+            return;
+        }
+        let placed = self.placed();
+        let focus = self.focused_panel();
+        if let Some(tabs) = placed.tabs {
+            let spans: Vec<Span> = placed
+                .all
+                .iter()
+                .map(|p| {
+                    let st = if Some(*p) == focus && self.screen == Screen::Run {
+                        Style::new().fg(Color::Black).bg(Color::Cyan)
+                    } else {
+                        fmt::dim()
+                    };
+                    Span::styled(format!(" {} ", p.name()), st)
+                })
+                .collect();
+            Paragraph::new(Line::from(spans)).render(tabs, buf);
+        }
+        for (kind, rect) in &placed.panels {
+            let focused = self.screen == Screen::Run && Some(*kind) == focus;
+            self.panel(*kind, *rect, focused, buf);
+        }
+    }
+
+    fn panel(&self, kind: PanelKind, area: Rect, focused: bool, buf: &mut Buffer) {
+        let m = self.run.model.as_ref();
+        match kind {
+            PanelKind::Chart => chart::render(m, &self.run.chart, focused, area, buf),
+            PanelKind::Ranks => ranks::render(m, &self.run.ranks, focused, self.now_ms(), area, buf),
+            PanelKind::Heatmap => heatmap::render(m, focused, area, buf),
+            PanelKind::Collectives => collectives::render(m, focused, area, buf),
+            PanelKind::Logs => logs::render(m, &self.run.logs, focused, area, buf),
+            PanelKind::Events => events::render(m, &self.run.events, focused, area, buf),
+            PanelKind::CompareChart => compare::render_chart(&self.compare, focused, area, buf),
+            PanelKind::CompareTable => compare::render_table(&self.compare, focused, area, buf),
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! The cockpit's behaviour without a terminal: keys become requests, streams fold into the
+//! model with no gap or double count, and odd sizes never panic.
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use flightdeck::protocol::{AgentFrame, RunSnapshot};
+use flightdeck::store::RunRecord;
+use flightdeck::ui::app::{Overlay, Screen};
+use flightdeck::ui::effects::{Command, DataEvent, Effects};
+use flightdeck::ui::keymap::{Keymap, DEFAULT_KEYMAP};
+use flightdeck::ui::model::RunModel;
+use flightdeck::ui::{layout, App, Start};
+use ratatui::backend::TestBackend;
+use ratatui::layout::Rect;
+use ratatui::Terminal;
+use std::path::PathBuf;
+
+fn fixture<T: serde::de::DeserializeOwned>(name: &str) -> T {
+    let path = format!("{}/tests/fixtures/telemetry/{name}", env!("CARGO_MANIFEST_DIR"));
+    serde_json::from_str(&std::fs::read_to_string(&path).expect("fixture")).expect("fixture JSON")
+}
+
+fn app(start: Start) -> App {
+    let keymap = Keymap::parse("keymap.toml", DEFAULT_KEYMAP).expect("default keymap");
+    let layouts = layout::load_all(None).expect("layouts");
+    App::new(Effects::fixed(1_800_000_000_000), keymap, layouts, start, Rect::new(0, 0, 100, 30))
+}
+
+fn press(app: &mut App, code: KeyCode) {
+    app.on_key(KeyEvent::new(code, KeyModifiers::NONE));
+}
+
+fn typed(app: &mut App, text: &str) {
+    text.chars().for_each(|c| press(app, KeyCode::Char(c)));
+}
+
+#[test]
+fn command_line_launches_a_recipe_with_overrides() {
+    let mut app = app(Start::Home);
+    assert_eq!(app.effects.take(), vec![Command::ListRuns]);
+    typed(&mut app, ":run recipes/tiny-gpt.toml train.steps=5 cluster.ranks_per_node=2");
+    press(&mut app, KeyCode::Enter);
+    let want = Command::Launch {
+        recipe: PathBuf::from("recipes/tiny-gpt.toml"),
+        overrides: vec!["train.steps=5".into(), "cluster.ranks_per_node=2".into()],
+    };
+    assert_eq!(app.effects.take(), vec![want]);
+    app.on_data(DataEvent::Launched(flightdeck::ids::RunId("r1".into())));
+    assert_eq!(app.screen, Screen::Run);
+    assert_eq!(app.effects.take(), vec![Command::Open { run: "r1".into() }]);
+    typed(&mut app, ":run recipes/tiny-gpt.toml steps");
+    press(&mut app, KeyCode::Enter);
+    assert!(app.effects.take().is_empty());
+    assert!(app.status.as_ref().is_some_and(|s| s.error && s.text.contains("\"steps\" is not key=value")));
+    typed(&mut app, ":frobnicate");
+    press(&mut app, KeyCode::Enter);
+    assert!(app.status.as_ref().is_some_and(|s| s.text.contains("commands: run RECIPE")));
+}
+
+#[test]
+fn enter_opens_and_q_goes_home_without_stopping_the_run() {
+    let runs: Vec<RunRecord> = fixture("runs.json");
+    let mut app = app(Start::Home);
+    app.effects.take();
+    app.on_data(DataEvent::Runs(runs.clone()));
+    press(&mut app, KeyCode::Enter);
+    let newest = runs.iter().map(|r| r.id.clone()).max().expect("a run");
+    assert_eq!(app.effects.take(), vec![Command::Open { run: newest.to_string() }]);
+    typed(&mut app, "q");
+    assert_eq!(app.screen, Screen::Home);
+    // Leaving closes the stream only; nothing is sent to the run.
+    assert_eq!(app.effects.take(), vec![Command::Close, Command::ListRuns]);
+    typed(&mut app, "q");
+    assert!(app.quit);
+}
+
+#[test]
+fn kill_asks_first_and_only_for_a_live_run() {
+    let snap: RunSnapshot = fixture("open-snapshot.json");
+    let id = snap.detail.run.id.clone();
+    let mut app = app(Start::Open(id.to_string()));
+    app.on_data(DataEvent::Snapshot(Box::new(snap)));
+    app.effects.take();
+    typed(&mut app, "K");
+    assert!(matches!(app.overlay, Some(Overlay::ConfirmKill { .. })));
+    typed(&mut app, "n");
+    assert!(app.overlay.is_none() && app.effects.take().is_empty(), "any other key cancels");
+    typed(&mut app, "Ky");
+    assert_eq!(app.effects.take(), vec![Command::Kill { run: id.clone() }]);
+    let frames: Vec<AgentFrame> = fixture("open-frames.json");
+    app.on_data(DataEvent::Frames { run: id, frames });
+    typed(&mut app, "K");
+    assert!(app.overlay.is_none(), "a finished run has nothing to kill");
+    assert!(app.status.as_ref().is_some_and(|s| s.text.contains("not live")));
+}
+
+#[test]
+fn snapshot_then_frames_cover_every_step_once() {
+    let snap: RunSnapshot = fixture("open-snapshot.json");
+    let frames: Vec<AgentFrame> = fixture("open-frames.json");
+    let mut m = RunModel::from_snapshot(&snap);
+    m.apply_frames(&frames);
+    // The server subscribes before it reads, so some frames repeat what the snapshot holds:
+    // applying them again must change nothing.
+    let once = m.metrics["loss"].cross.entries().to_vec();
+    m.apply_frames(&frames);
+    assert_eq!(m.metrics["loss"].cross.entries(), once.as_slice());
+    let steps: Vec<u64> = once.iter().map(|e| e.step).collect();
+    assert_eq!(steps, (1..=40).collect::<Vec<u64>>(), "every step, no gap");
+    assert!(once.iter().all(|e| e.count == 2), "each step has both ranks exactly once");
+    assert_eq!(m.record.status, flightdeck::store::RunStatus::Succeeded);
+}
+
+#[test]
+fn lagging_stream_reloads_the_run() {
+    let snap: RunSnapshot = fixture("open-snapshot.json");
+    let id = snap.detail.run.id.clone();
+    let mut app = app(Start::Open(id.to_string()));
+    app.on_data(DataEvent::Snapshot(Box::new(snap)));
+    app.effects.take();
+    app.on_data(DataEvent::Lagged { run: id.clone(), skipped: 3 });
+    assert_eq!(app.effects.take(), vec![Command::Open { run: id.to_string() }]);
+    assert!(app.run.model.is_none());
+}
+
+#[test]
+fn every_screen_draws_at_tiny_and_odd_sizes() {
+    let snap: RunSnapshot = fixture("open-snapshot.json");
+    let frames: Vec<AgentFrame> = fixture("open-frames.json");
+    let runs: Vec<RunRecord> = fixture("runs.json");
+    for (w, h) in [(1, 1), (10, 3), (20, 6), (40, 12), (80, 24), (81, 25), (300, 90)] {
+        for screen in 0..4 {
+            let mut app = app(Start::Home);
+            app.area = Rect::new(0, 0, w, h);
+            app.on_data(DataEvent::Runs(runs.clone()));
+            if screen >= 1 {
+                app.open_run(snap.detail.run.id.as_str());
+                app.on_data(DataEvent::Snapshot(Box::new(snap.clone())));
+                app.on_data(DataEvent::Frames { run: snap.detail.run.id.clone(), frames: frames.clone() });
+            }
+            match screen {
+                2 => typed(&mut app, "2z?"),
+                3 => typed(&mut app, "qc"),
+                _ => {}
+            }
+            let mut t = Terminal::new(TestBackend::new(w, h)).expect("terminal");
+            t.draw(|f| f.render_widget(&app, f.area())).expect("draw");
+        }
+    }
+}

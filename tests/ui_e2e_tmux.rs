@@ -1,0 +1,150 @@
+//! End to end through a real terminal: the cockpit binary in tmux (its own socket), driven by
+//! keys and read with capture-pane. Launches the default recipe on 2 ranks by `:run`, waits for
+//! both ranks past step 5 and a drawn loss chart, opens help, quits; the run then finishes on
+//! its own.
+mod common;
+
+use common::{bin, repo, Db};
+use flightdeck::client::Client;
+use flightdeck::paths::DbPaths;
+use flightdeck::protocol::{Reply, Request};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+/// Everything the test waits for on screen must happen within this (a loaded 2-core box
+/// builds, starts and trains far slower than a laptop; the usual wait is seconds).
+const DEADLINE: Duration = Duration::from_secs(180);
+
+/// A tmux server on its own socket, killed when dropped (also when the test fails).
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn cmd(&self, args: &[&str]) -> Output {
+        Command::new("tmux").arg("-L").arg(&self.socket).args(args).output().expect("running tmux")
+    }
+
+    fn screen(&self) -> String {
+        String::from_utf8_lossy(&self.cmd(&["capture-pane", "-p", "-t", "cockpit"]).stdout).into_owned()
+    }
+
+    fn type_text(&self, text: &str) {
+        assert!(self.cmd(&["send-keys", "-t", "cockpit", "-l", text]).status.success());
+    }
+
+    fn key(&self, key: &str) {
+        assert!(self.cmd(&["send-keys", "-t", "cockpit", key]).status.success());
+    }
+
+    /// Reads the screen until `pred` holds (the screen changing is the event waited for).
+    fn wait_for(&self, what: &str, pred: impl Fn(&str) -> bool) -> String {
+        let start = Instant::now();
+        loop {
+            let s = self.screen();
+            if pred(&s) {
+                return s;
+            }
+            assert!(!s.contains("COCKPIT-EXIT="), "the cockpit exited while waiting for {what}:\n{s}");
+            assert!(start.elapsed() < DEADLINE, "timed out waiting for {what}; the screen:\n{s}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.cmd(&["kill-server"]);
+    }
+}
+
+/// Each rank's step from the ranks table (rows under the `RANK STEP` header).
+fn rank_steps(screen: &str) -> Vec<(u32, u64)> {
+    let mut out = Vec::new();
+    let mut in_table = false;
+    for line in screen.lines() {
+        let cells: Vec<&str> = line.trim_matches(|c| "│┃ ".contains(c)).split_whitespace().collect();
+        if cells.first() == Some(&"RANK") && cells.get(1) == Some(&"STEP") {
+            in_table = true;
+            continue;
+        }
+        match (in_table, cells.first().and_then(|c| c.parse().ok()), cells.get(1).and_then(|c| c.parse().ok())) {
+            (true, Some(rank), Some(step)) => out.push((rank, step)),
+            _ => in_table = false,
+        }
+    }
+    out
+}
+
+fn has_chart_points(screen: &str) -> bool {
+    screen.contains("loss mean") && screen.chars().any(|c| ('\u{2801}'..='\u{28ff}').contains(&c))
+}
+
+#[test]
+fn cockpit_launches_a_run_by_keys_and_quitting_leaves_it_running() {
+    if !Command::new("tmux").arg("-V").output().is_ok_and(|o| o.status.success()) {
+        println!("skipped: tmux is not installed (scripts/install-deps.sh installs it)");
+        return;
+    }
+    let db = Db::new();
+    let config = tempfile::tempdir().expect("tempdir");
+    let tmux = Tmux { socket: format!("fd-e2e-{}", std::process::id()) };
+    let shell = format!(
+        "env FLIGHTDECK_CONFIG={} FLIGHTDECK_SERVER_IDLE_MS=300 {} --db {}; echo COCKPIT-EXIT=$?; sleep 600",
+        config.path().display(),
+        bin().display(),
+        db.path().display()
+    );
+    let repo = repo();
+    let started = tmux.cmd(&[
+        "new-session",
+        "-d",
+        "-s",
+        "cockpit",
+        "-x",
+        "80",
+        "-y",
+        "24",
+        "-c",
+        repo.to_str().expect("utf-8 path"),
+        &shell,
+    ]);
+    assert!(started.status.success(), "tmux: {}", String::from_utf8_lossy(&started.stderr));
+    tmux.wait_for("the Home screen", |s| s.contains("no runs yet"));
+
+    tmux.type_text(":run recipes/tiny-gpt.toml train.steps=30 cluster.ranks_per_node=2");
+    tmux.key("Enter");
+    let s = tmux.wait_for("both ranks at step >= 5 and a loss chart with points", |s| {
+        let steps = rank_steps(s);
+        steps.len() == 2 && steps.iter().all(|&(_, step)| step >= 5) && has_chart_points(s)
+    });
+    assert!(s.contains("tiny-gpt"), "{s}");
+
+    tmux.key("?");
+    tmux.wait_for("help", |s| s.contains("help · keys from the keymap"));
+    tmux.key("Escape");
+    tmux.wait_for("help closed", |s| !s.contains("keys from the keymap"));
+    tmux.key("q");
+    tmux.wait_for("Home with the run", |s| s.contains("runs 1 of 1"));
+    tmux.key("q");
+    tmux.wait_for("the cockpit's exit", |s| s.contains("COCKPIT-EXIT=0"));
+    drop(tmux);
+
+    // Quitting the cockpit did not stop the run: follow it to its end through the server.
+    let runs = db.json(&["runs", "--json"]);
+    let id = runs["runs"][0]["id"].as_str().expect("the launched run").to_string();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let mut c = Client::connect(&DbPaths::new(db.path().to_path_buf())).await.expect("connect");
+        c.send(&Request::Follow { run: id.clone() }).await.expect("follow");
+        while let Some(reply) = c.next().await.expect("reply") {
+            if let Reply::Ended { .. } = reply {
+                break;
+            }
+        }
+    });
+    let runs = db.json(&["runs", "--json"]);
+    assert_eq!(runs["runs"][0]["status"], "succeeded", "{runs}");
+    assert_eq!(runs["runs"][0]["steps"], 30, "{runs}");
+    db.finish();
+}
