@@ -1,7 +1,9 @@
 //! The command line (DESIGN §3): parses arguments and dispatches to each subcommand.
+mod ckpts;
 mod doctor;
 mod output;
 mod query;
+mod resume;
 mod run;
 
 use crate::paths::{db_dir, DbPaths};
@@ -35,7 +37,7 @@ pub enum Cmd {
     },
     /// A run's metric series.
     Metrics(query::MetricsArgs),
-    /// Graceful stop: SIGTERM to every rank, SIGKILL after a grace period.
+    /// Graceful stop: every rank stops at the next step boundary and saves a checkpoint.
     Stop { run: String },
     /// Immediate SIGKILL of every rank.
     Kill { run: String },
@@ -55,6 +57,17 @@ pub enum Cmd {
     /// Internal: a training rank, started by agents with the torchrun environment.
     #[command(hide = true)]
     Worker,
+    /// A run's checkpoints: step, loss, size, age, verified.
+    Ckpts {
+        run: String,
+        #[arg(long)]
+        json: bool,
+        /// Re-read every file and check its sha256 against the manifest (default: sizes only).
+        #[arg(long)]
+        verify: bool,
+    },
+    /// A child run from a verified checkpoint of RUN (default: the newest one).
+    Resume(resume::ResumeArgs),
 }
 
 /// Exit codes: 0 success, 1 failure (a run failed, a server error), 2 bad input.
@@ -114,6 +127,8 @@ async fn client_command(db: &DbPaths, cmd: Cmd) -> anyhow::Result<i32> {
         Cmd::Metrics(args) => query::metrics(db, args).await,
         Cmd::Stop { run } => query::stop_or_kill(db, &run, false).await,
         Cmd::Kill { run } => query::stop_or_kill(db, &run, true).await,
+        Cmd::Ckpts { run, json, verify } => ckpts::ckpts(db, &run, json, verify).await,
+        Cmd::Resume(args) => resume::resume(db, args).await,
         Cmd::Server { .. } | Cmd::Agent { .. } | Cmd::Worker | Cmd::Doctor => unreachable_command(),
     }
 }
