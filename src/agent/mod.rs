@@ -133,6 +133,10 @@ async fn run(mut spec: AgentSpec, paths: RunDirPaths) -> anyhow::Result<()> {
     let mut ending: Option<(RunOutcome, String)> = None;
     // A graceful stop in progress: ranks are saving, and may exit 0 with steps to spare.
     let mut graceful = false;
+    // The most steps any rank reported finishing: where a graceful stop ended.
+    let mut finished_steps: Option<u64> = None;
+    // Ranks that said hello on the telemetry socket: their SIGUSR1 handler is installed.
+    let mut registered: std::collections::BTreeSet<Rank> = Default::default();
     let mut ended = false;
     let mut linger_deadline = None;
     loop {
@@ -146,8 +150,19 @@ async fn run(mut spec: AgentSpec, paths: RunDirPaths) -> anyhow::Result<()> {
         };
         match input {
             Some(Input::Event(e)) => {
-                if let AgentEvent::Rank { rank, msg: crate::protocol::RankMsg::Register { .. } } = &e {
-                    telemetry_open.insert(*rank);
+                match &e {
+                    AgentEvent::Rank { rank, msg: crate::protocol::RankMsg::Register { .. } } => {
+                        telemetry_open.insert(*rank);
+                        registered.insert(*rank);
+                        // A stop that came before this rank could catch SIGUSR1: deliver it now.
+                        if let (true, Some(pid)) = (graceful, alive.get(rank)) {
+                            signal(*pid, libc::SIGUSR1);
+                        }
+                    }
+                    AgentEvent::Rank { msg: crate::protocol::RankMsg::Finished { steps, .. }, .. } => {
+                        finished_steps = finished_steps.max(Some(*steps));
+                    }
+                    _ => {}
                 }
                 push(&outbox, &notify, e)
             }
@@ -172,7 +187,13 @@ async fn run(mut spec: AgentSpec, paths: RunDirPaths) -> anyhow::Result<()> {
                 // The worker's ranks agree on a step boundary, save a checkpoint and exit 0.
                 ending = Some((RunOutcome::Stopped, "stopped on request at a step boundary, checkpoint saved".into()));
                 graceful = true;
-                terminate(&alive, libc::SIGUSR1);
+                // Only to ranks past start-up: SIGUSR1 would kill one still loading (its
+                // default action); the others get it when they register.
+                for (rank, pid) in &alive {
+                    if registered.contains(rank) {
+                        signal(*pid, libc::SIGUSR1);
+                    }
+                }
                 schedule(tx.clone(), spec.save_grace_ms, Input::SaveOverdue);
             }
             Some(Input::Stop) if ending.is_none() => {
@@ -203,8 +224,11 @@ async fn run(mut spec: AgentSpec, paths: RunDirPaths) -> anyhow::Result<()> {
             Some(Input::Stop) | None => {}
         }
         if alive.is_empty() && telemetry_open.is_empty() && !ended {
-            let (outcome, reason) =
+            let (outcome, mut reason) =
                 ending.take().unwrap_or((RunOutcome::Succeeded, format!("all {} ranks finished", spec.ranks.len())));
+            if let (true, Some(step)) = (graceful, finished_steps) {
+                reason = format!("stopped on request after step {step}, checkpoint saved");
+            }
             push(&outbox, &notify, AgentEvent::RunEnded { outcome, reason });
             ended = true;
             linger_deadline = Some(tokio::time::Instant::now() + LINGER);
@@ -231,6 +255,14 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 fn push(outbox: &Mutex<Outbox>, notify: &tokio::sync::watch::Sender<u64>, event: AgentEvent) {
     let seq = lock(outbox).push(event);
     notify.send_replace(seq);
+}
+
+/// Signals one rank's process group (each rank leads its own).
+fn signal(pid: u32, signal: i32) {
+    // SAFETY: kill(2) with a negative pid signals a process group; no memory is touched.
+    unsafe {
+        libc::kill(-(pid as i32), signal);
+    }
 }
 
 /// Signals each live rank's process group (each rank leads its own).

@@ -39,9 +39,6 @@ pub async fn resume(db: &DbPaths, args: ResumeArgs) -> anyhow::Result<i32> {
             }
         }
     };
-    if !args.headless {
-        eprintln!("flightdeck: the cockpit is not built yet; running headless");
-    }
     let req = Request::Resume { run: args.run.clone(), step: args.step, recipe_json, name: args.name.clone() };
     let (run, parent, step, path, skipped) = match client.request(&req).await? {
         Reply::Resumed { run, parent, step, path, skipped } => (run, parent, step, path, skipped),
@@ -55,6 +52,9 @@ pub async fn resume(db: &DbPaths, args: ResumeArgs) -> anyhow::Result<i32> {
         println!("skipped checkpoint step {} of run {parent}: {}", s.step, s.reason);
     }
     println!("run {run}: resumed run {parent} from checkpoint step {step} ({path})");
+    if !args.headless {
+        eprintln!("flightdeck: the cockpit is not built yet; running headless");
+    }
     client.send(&Request::Follow { run: run.0.clone() }).await?;
     while let Some(reply) = client.next().await? {
         match reply {

@@ -95,6 +95,13 @@ pub fn inspect(run: &RunId, root: &Path, known: Vec<CheckpointRecord>, depth: De
             rec.loss = rec.loss.or(Some(m.loss));
             rec.saved_ms = if rec.saved_ms == 0 { m.saved_ms } else { rec.saved_ms };
         }
+        let failed_hash_before = !rec.verified && rec.checked == depth_name(Depth::Sha256);
+        if depth == Depth::Sizes && result.is_ok() && failed_hash_before {
+            // Sizes cannot clear a checkpoint whose bytes failed their hash: the last full
+            // verification's verdict stands until the next one.
+            out.push(rec);
+            continue;
+        }
         rec.verified = result.is_ok();
         rec.problem = result.err().map(|e| e.to_string());
         rec.checked = depth_name(depth).into();
