@@ -40,6 +40,17 @@ pub struct AgentSpec {
     pub exe: PathBuf,
     /// SIGTERM, then SIGKILL after this long.
     pub stop_grace_ms: u64,
+    /// A graceful stop (SIGUSR1: stop at the next step boundary and save) may take this long
+    /// before the ranks get SIGTERM.
+    #[serde(default = "default_save_grace_ms")]
+    pub save_grace_ms: u64,
+    /// A resumed run: the checkpoint directory every rank restores (FLIGHTDECK_RESUME_FROM).
+    #[serde(default)]
+    pub resume_from: Option<PathBuf>,
+}
+
+fn default_save_grace_ms() -> u64 {
+    120_000
 }
 
 /// Everything the owner loop reacts to.
@@ -55,6 +66,8 @@ pub(crate) enum Input {
     Kill,
     /// The grace period after SIGTERM ran out.
     Escalate,
+    /// A graceful stop's grace period ran out: fall back to SIGTERM.
+    SaveOverdue,
     /// A rank's telemetry connection reached its end: everything it sent has been forwarded.
     TelemetryClosed {
         rank: Rank,
@@ -119,6 +132,12 @@ async fn run(mut spec: AgentSpec, paths: RunDirPaths) -> anyhow::Result<()> {
     // so the last step of every rank is in the history.
     let mut telemetry_open: std::collections::BTreeSet<Rank> = Default::default();
     let mut ending: Option<(RunOutcome, String)> = None;
+    // A graceful stop in progress: ranks are saving, and may exit 0 with steps to spare.
+    let mut graceful = false;
+    // The most steps any rank reported finishing: where a graceful stop ended.
+    let mut finished_steps: Option<u64> = None;
+    // Ranks that said hello on the telemetry socket: their SIGUSR1 handler is installed.
+    let mut registered: std::collections::BTreeSet<Rank> = Default::default();
     let mut ended = false;
     let mut linger_deadline = None;
     loop {
@@ -132,8 +151,19 @@ async fn run(mut spec: AgentSpec, paths: RunDirPaths) -> anyhow::Result<()> {
         };
         match input {
             Some(Input::Event(e)) => {
-                if let AgentEvent::Rank { rank, msg: crate::protocol::RankMsg::Register { .. } } = &e {
-                    telemetry_open.insert(*rank);
+                match &e {
+                    AgentEvent::Rank { rank, msg: crate::protocol::RankMsg::Register { .. } } => {
+                        telemetry_open.insert(*rank);
+                        registered.insert(*rank);
+                        // A stop that came before this rank could catch SIGUSR1: deliver it now.
+                        if let (true, Some(pid)) = (graceful, alive.get(rank)) {
+                            signal(*pid, libc::SIGUSR1);
+                        }
+                    }
+                    AgentEvent::Rank { msg: crate::protocol::RankMsg::Finished { steps, .. }, .. } => {
+                        finished_steps = finished_steps.max(Some(*steps));
+                    }
+                    _ => {}
                 }
                 push(&outbox, &notify, e)
             }
@@ -143,31 +173,63 @@ async fn run(mut spec: AgentSpec, paths: RunDirPaths) -> anyhow::Result<()> {
             Some(Input::Exited { rank, pid, status }) => {
                 alive.remove(&rank);
                 lock(&pids).retain(|(r, _)| *r != rank);
-                if !status.success() && ending.is_none() {
-                    let reason = format!("rank {rank} ({}, pid {pid}) ended with {}", spec.node, status.describe());
+                if !status.success() && (ending.is_none() || graceful) {
+                    let during = if graceful { " while stopping gracefully" } else { "" };
+                    let reason =
+                        format!("rank {rank} ({}, pid {pid}) ended with {}{during}", spec.node, status.describe());
                     ending = Some((RunOutcome::Failed, reason));
+                    graceful = false;
                     terminate(&alive, libc::SIGTERM);
                     schedule_escalation(tx.clone(), spec.stop_grace_ms);
                 }
                 push(&outbox, &notify, AgentEvent::RankExited { rank, pid, status });
+            }
+            Some(Input::Stop) if ending.is_none() && spec.recipe.kind == crate::recipe::Kind::Pretrain => {
+                // The worker's ranks agree on a step boundary, save a checkpoint and exit 0.
+                ending = Some((RunOutcome::Stopped, "stopped on request at a step boundary, checkpoint saved".into()));
+                graceful = true;
+                // Only to ranks past start-up: SIGUSR1 would kill one still loading (its
+                // default action); the others get it when they register.
+                for (rank, pid) in &alive {
+                    if registered.contains(rank) {
+                        signal(*pid, libc::SIGUSR1);
+                    }
+                }
+                schedule(tx.clone(), spec.save_grace_ms, Input::SaveOverdue);
             }
             Some(Input::Stop) if ending.is_none() => {
                 ending = Some((RunOutcome::Stopped, "stopped on request".into()));
                 terminate(&alive, libc::SIGTERM);
                 schedule_escalation(tx.clone(), spec.stop_grace_ms);
             }
+            Some(Input::SaveOverdue) if graceful && !alive.is_empty() => {
+                let reason = format!(
+                    "stopped on request; the ranks did not reach a step boundary and save within {} s, so they \
+                     were terminated (no checkpoint from the stop)",
+                    spec.save_grace_ms / 1000
+                );
+                ending = Some((RunOutcome::Stopped, reason));
+                graceful = false;
+                terminate(&alive, libc::SIGTERM);
+                schedule_escalation(tx.clone(), spec.stop_grace_ms);
+            }
+            Some(Input::SaveOverdue) => {}
             Some(Input::Kill) => {
                 if ending.is_none() || matches!(ending, Some((RunOutcome::Stopped, _))) {
                     ending = Some((RunOutcome::Killed, "killed on request".into()));
                 }
+                graceful = false;
                 terminate(&alive, libc::SIGKILL);
             }
             Some(Input::Escalate) => terminate(&alive, libc::SIGKILL),
             Some(Input::Stop) | None => {}
         }
         if alive.is_empty() && telemetry_open.is_empty() && !ended {
-            let (outcome, reason) =
+            let (outcome, mut reason) =
                 ending.take().unwrap_or((RunOutcome::Succeeded, format!("all {} ranks finished", spec.ranks.len())));
+            if let (true, Some(step)) = (graceful, finished_steps) {
+                reason = format!("stopped on request after step {step}, checkpoint saved");
+            }
             push(&outbox, &notify, AgentEvent::RunEnded { outcome, reason });
             ended = true;
             linger_deadline = Some(tokio::time::Instant::now() + LINGER);
@@ -196,6 +258,14 @@ fn push(outbox: &Mutex<Outbox>, notify: &tokio::sync::watch::Sender<u64>, event:
     notify.send_replace(seq);
 }
 
+/// Signals one rank's process group (each rank leads its own).
+fn signal(pid: u32, signal: i32) {
+    // SAFETY: kill(2) with a negative pid signals a process group; no memory is touched.
+    unsafe {
+        libc::kill(-(pid as i32), signal);
+    }
+}
+
 /// Signals each live rank's process group (each rank leads its own).
 fn terminate(alive: &BTreeMap<Rank, u32>, signal: i32) {
     for pid in alive.values() {
@@ -207,9 +277,13 @@ fn terminate(alive: &BTreeMap<Rank, u32>, signal: i32) {
 }
 
 fn schedule_escalation(tx: mpsc::Sender<Input>, grace_ms: u64) {
+    schedule(tx, grace_ms, Input::Escalate);
+}
+
+fn schedule(tx: mpsc::Sender<Input>, after_ms: u64, input: Input) {
     tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(grace_ms)).await;
-        let _ = tx.send(Input::Escalate).await;
+        tokio::time::sleep(Duration::from_millis(after_ms)).await;
+        let _ = tx.send(input).await;
     });
 }
 

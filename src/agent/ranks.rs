@@ -50,6 +50,10 @@ pub async fn spawn(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(false);
+    if let Some(dir) = &spec.resume_from {
+        // A resumed run: every rank restores this checkpoint before its first step.
+        cmd.env("FLIGHTDECK_RESUME_FROM", dir);
+    }
     // SAFETY: prctl is async-signal-safe; the closure touches no memory of the parent.
     unsafe {
         cmd.pre_exec(|| {

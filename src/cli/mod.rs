@@ -1,7 +1,9 @@
 //! The command line (DESIGN §3): parses arguments and dispatches to each subcommand.
+mod ckpts;
 mod doctor;
 mod output;
 mod query;
+mod resume;
 mod run;
 
 use crate::paths::{db_dir, DbPaths};
@@ -35,7 +37,7 @@ pub enum Cmd {
     },
     /// A run's metric series.
     Metrics(query::MetricsArgs),
-    /// Graceful stop: SIGTERM to every rank, SIGKILL after a grace period.
+    /// Graceful stop: every rank stops at the next step boundary and saves a checkpoint.
     Stop { run: String },
     /// Immediate SIGKILL of every rank.
     Kill { run: String },
@@ -57,6 +59,17 @@ pub enum Cmd {
     Worker,
     /// Reopen the cockpit's live panels of a run (id, unique prefix or name).
     Attach { run: String },
+    /// A run's checkpoints: step, loss, size, age, verified.
+    Ckpts {
+        run: String,
+        #[arg(long)]
+        json: bool,
+        /// Re-read every file and check its sha256 against the manifest (default: sizes only).
+        #[arg(long)]
+        verify: bool,
+    },
+    /// A child run from a verified checkpoint of RUN (default: the newest one).
+    Resume(resume::ResumeArgs),
 }
 
 /// Exit codes: 0 success, 1 failure (a run failed, a server error), 2 bad input.
@@ -112,6 +125,8 @@ async fn client_command(db: &DbPaths, cmd: Cmd) -> anyhow::Result<i32> {
         Cmd::Stop { run } => query::stop_or_kill(db, &run, false).await,
         Cmd::Kill { run } => query::stop_or_kill(db, &run, true).await,
         Cmd::Attach { run } => crate::ui::run(db, crate::ui::Start::Open(run)).await,
+        Cmd::Ckpts { run, json, verify } => ckpts::ckpts(db, &run, json, verify).await,
+        Cmd::Resume(args) => resume::resume(db, args).await,
         Cmd::Server { .. } | Cmd::Agent { .. } | Cmd::Worker | Cmd::Doctor => unreachable_command(),
     }
 }

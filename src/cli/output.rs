@@ -23,6 +23,7 @@ pub fn run_json(r: &RunRecord) -> Value {
         "ended_ms": r.ended_ms,
         "duration_s": duration_s,
         "parent": r.parent.as_ref().map(|p| p.as_str()),
+        "resumed_from": r.resumed_from.as_ref().map(|p| json!({"step": p.step, "path": p.path})),
     })
 }
 

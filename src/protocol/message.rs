@@ -3,7 +3,7 @@ use crate::ids::{Rank, RunId, Step};
 use serde::{Deserialize, Serialize};
 
 /// Bumped on any change to these types; peers with another version are refused.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// The first frame on every connection, in both directions.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -172,6 +172,33 @@ pub enum RankMsg {
         steps: u64,
         final_loss: f64,
     },
+    /// Rank 0 committed a checkpoint (from its background writer, once the manifest is down).
+    CheckpointSaved(CheckpointSaved),
+    /// A save failed; training goes on without it.
+    CheckpointFailed {
+        step: Step,
+        reason: String,
+    },
+}
+
+/// One committed checkpoint and what saving it cost.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointSaved {
+    pub step: Step,
+    /// The step directory.
+    pub path: String,
+    pub bytes: u64,
+    /// Mean over ranks of this step's loss.
+    pub loss: f64,
+    pub saved_ms: u64,
+    /// How long the training thread was held: the snapshot, plus waiting for a previous save.
+    pub blocking_ms: f64,
+    /// The background write: files, hashes, fsyncs, manifest, LATEST.
+    pub write_ms: f64,
+    /// bytes / write time, in 1e9 bytes per second.
+    pub write_gbps: f64,
+    /// Older checkpoints deleted to keep `checkpoint.keep`.
+    pub pruned: Vec<u64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -347,6 +374,19 @@ pub enum Request {
     Open {
         run: String,
     },
+    /// A run's checkpoints, checked on disk: sizes, or every byte's sha256 when `verify`.
+    Checkpoints {
+        run: String,
+        verify: bool,
+    },
+    /// Start a child of `run` from its checkpoint at `step` (None: the newest verified one).
+    /// `recipe_json`: the validated recipe with the user's overrides (None: the parent's).
+    Resume {
+        run: String,
+        step: Option<u64>,
+        recipe_json: Option<String>,
+        name: Option<String>,
+    },
 }
 
 /// Server → client.
@@ -389,6 +429,23 @@ pub enum Reply {
     },
     /// The first reply to `Open`: what the store holds of the run.
     Snapshot(Box<RunSnapshot>),
+    Checkpoints {
+        run: RunId,
+        /// The run's checkpoint directory.
+        dir: String,
+        /// The step `LATEST` names.
+        latest: Option<u64>,
+        checkpoints: Vec<crate::store::CheckpointRecord>,
+    },
+    /// A child run started from `parent`'s checkpoint at `step`.
+    Resumed {
+        run: RunId,
+        parent: RunId,
+        step: u64,
+        path: String,
+        /// Newer checkpoints passed over because they failed verification.
+        skipped: Vec<crate::store::checkpoints::Skipped>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

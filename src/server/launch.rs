@@ -7,18 +7,41 @@ use crate::agent::AgentSpec;
 use crate::ids::{unix_ms, Rank, RunId};
 use crate::paths::{DbPaths, RunDirPaths};
 use crate::recipe::Recipe;
-use crate::store::{Batch, EventKind, EventRecord, RunRecord, RunStatus};
+use crate::store::{Batch, EventKind, EventRecord, ResumePoint, RunRecord, RunStatus};
 use anyhow::Context;
+use std::path::PathBuf;
 use std::process::Command;
 
 /// SIGTERM-to-SIGKILL grace when stopping ranks.
 const STOP_GRACE_MS: u64 = 5000;
+/// How long a graceful stop may take (reach a step boundary, snapshot, write the checkpoint)
+/// before the agent falls back to SIGTERM: a step and a save of a large model.
+const SAVE_GRACE_MS: u64 = 120_000;
+
+/// A resumed run's parent and the checkpoint it starts from.
+pub struct Lineage {
+    pub parent: RunId,
+    pub from: ResumePoint,
+}
 
 pub async fn launch(
     db: &DbPaths,
     recipe_json: &str,
     recipe_path: &str,
     name: Option<String>,
+    ingest: &Ingest,
+    registry: &Registry,
+) -> anyhow::Result<RunId> {
+    start(db, recipe_json, recipe_path, name, None, ingest, registry).await
+}
+
+/// Launches a run; with `lineage`, its ranks restore the parent's checkpoint first.
+pub async fn start(
+    db: &DbPaths,
+    recipe_json: &str,
+    recipe_path: &str,
+    name: Option<String>,
+    lineage: Option<Lineage>,
     ingest: &Ingest,
     registry: &Registry,
 ) -> anyhow::Result<RunId> {
@@ -46,6 +69,8 @@ pub async fn launch(
         exe: std::env::current_exe().context("locating the flightdeck executable")?,
         recipe: recipe.clone(),
         stop_grace_ms: STOP_GRACE_MS,
+        save_grace_ms: SAVE_GRACE_MS,
+        resume_from: lineage.as_ref().map(|l| PathBuf::from(&l.from.path)),
     };
     std::fs::write(paths.spec(), serde_json::to_vec_pretty(&spec)?)?;
 
@@ -64,13 +89,20 @@ pub async fn launch(
         steps_planned: recipe.train.steps,
         step: 0,
         last_loss: None,
-        parent: None,
+        parent: lineage.as_ref().map(|l| l.parent.clone()),
         agent_sockets: vec![paths.agent_socket().display().to_string()],
         acked_seq: vec![0],
+        resumed_from: lineage.as_ref().map(|l| l.from.clone()),
     };
     let mut batch = Batch::default();
     batch.runs.push(record.clone());
-    let text = format!("launched {} on local: {world} ranks", recipe.name);
+    let text = match &lineage {
+        Some(l) => format!(
+            "resumed {} from run {} at step {} ({}) on local: {world} ranks",
+            recipe.name, l.parent, l.from.step, l.from.path
+        ),
+        None => format!("launched {} on local: {world} ranks", recipe.name),
+    };
     batch.events.push((run.clone(), EventRecord { t_ms: unix_ms(), kind: EventKind::RunStarted, rank: None, text }));
     ingest.write(batch).await.map_err(anyhow::Error::msg)?;
 
@@ -97,6 +129,87 @@ fn start_agent(paths: &RunDirPaths) -> anyhow::Result<()> {
     if !crate::detach::spawn_until_ready(cmd, &paths.agent_log()).context("starting the agent")? {
         let log = paths.agent_log();
         anyhow::bail!("the agent exited before it was ready; {}: {}", log.display(), crate::detach::log_tail(&log, 5));
+    }
+    Ok(())
+}
+
+/// `Request::Resume`: a child of run `query` from its checkpoint at `step` (None: the newest
+/// that verifies), with the parent's recipe or `recipe_json` (the parent's plus overrides).
+pub async fn resume(
+    shared: &super::Shared,
+    query: &str,
+    step: Option<u64>,
+    recipe_json: Option<String>,
+    name: Option<String>,
+) -> anyhow::Result<crate::protocol::Reply> {
+    let store = shared.store.clone();
+    let q = query.to_string();
+    let parent = tokio::task::spawn_blocking(move || -> anyhow::Result<RunRecord> {
+        let id = store.resolve(&q)?;
+        store.get_run(&id)?.ok_or_else(|| anyhow::anyhow!("run {id} vanished"))
+    })
+    .await??;
+    let id = parent.id.clone();
+    if parent.status.is_live() {
+        anyhow::bail!(
+            "run {id} is still {}: stop it first (`flightdeck stop {id}` saves a checkpoint), then resume",
+            parent.status.name()
+        );
+    }
+    let parent_recipe: Recipe = serde_json::from_str(&parent.recipe_json)
+        .with_context(|| format!("run {id}: its stored recipe cannot be read by this flightdeck"))?;
+    let child_json = recipe_json.unwrap_or_else(|| parent.recipe_json.clone());
+    let child: Recipe =
+        serde_json::from_str(&child_json).context("the client sent a recipe this server cannot read")?;
+    let root = crate::store::checkpoints::root_of(&shared.db.run_dir(&id), &parent_recipe.checkpoint.dir);
+    let chosen = tokio::task::spawn_blocking(move || crate::store::checkpoints::choose(&root, step))
+        .await?
+        .map_err(|e| anyhow::anyhow!("run {id}: {e}"))?;
+    check_resume(&parent_recipe, &child, chosen.step, chosen.manifest.world_size)
+        .map_err(|m| anyhow::anyhow!("run {id}: {m}"))?;
+    let from = ResumePoint { step: chosen.step, path: chosen.path.display().to_string() };
+    let lineage = Lineage { parent: id.clone(), from: from.clone() };
+    let name = name.or_else(|| Some(parent.name.clone()));
+    let run =
+        start(&shared.db, &child_json, &parent.recipe_path, name, Some(lineage), &shared.ingest, &shared.registry)
+            .await?;
+    Ok(crate::protocol::Reply::Resumed { run, parent: id, step: chosen.step, path: from.path, skipped: chosen.skipped })
+}
+
+/// What a resume may change: anything but the model's shape and the world size (a checkpoint
+/// is not resharded), and it must leave steps to train (never zero steps that exit 0).
+pub fn check_resume(parent: &Recipe, child: &Recipe, step: u64, saved_world: u32) -> Result<(), String> {
+    if parent.kind != crate::recipe::Kind::Pretrain || child.kind != crate::recipe::Kind::Pretrain {
+        return Err("only kind = \"pretrain\" runs have checkpoints to resume".into());
+    }
+    if child.world_size() != saved_world {
+        return Err(format!(
+            "parallel.data = {} but checkpoint step {step} was saved by {saved_world} ranks: a resume keeps the \
+             world size, because this build cannot reshard a checkpoint (use --set parallel.data={saved_world} \
+             --set cluster.ranks_per_node={saved_world})",
+            child.world_size()
+        ));
+    }
+    if child.model != parent.model {
+        let (a, b) = (serde_json::to_value(&child.model), serde_json::to_value(&parent.model));
+        let diff: Vec<String> = match (a, b) {
+            (Ok(serde_json::Value::Object(a)), Ok(serde_json::Value::Object(b))) => a
+                .iter()
+                .filter(|(k, v)| b.get(*k) != Some(*v))
+                .map(|(k, v)| {
+                    format!("model.{k} = {v}, the checkpoint's is {}", b.get(k).unwrap_or(&serde_json::Value::Null))
+                })
+                .collect(),
+            _ => vec!["the model differs".into()],
+        };
+        return Err(format!("{}: the model's shape must match the checkpoint's", diff.join("; ")));
+    }
+    if child.train.steps <= step {
+        return Err(format!(
+            "checkpoint step {step} is the run's last (train.steps = {}): nothing remains to train; \
+             to train on, raise train.steps (--set train.steps=N with N > {step})",
+            child.train.steps
+        ));
     }
     Ok(())
 }

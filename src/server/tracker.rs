@@ -88,6 +88,11 @@ impl Tracker {
                 touched.insert(rank.0);
                 match msg {
                     RankMsg::Register { .. } | RankMsg::Collective(_) | RankMsg::Finished { .. } => {}
+                    RankMsg::CheckpointSaved(c) => self.checkpoint_saved(rank.0, c, f.t_ms, batch),
+                    RankMsg::CheckpointFailed { step, reason } => {
+                        let text = format!("rank {rank}: checkpoint step {} failed: {reason}", step.0);
+                        self.event(batch, f.t_ms, EventKind::CheckpointFailed, Some(rank.0), text);
+                    }
                     RankMsg::Phase { phase, .. } => self.rank(rank.0).phase = Some(*phase),
                     RankMsg::Step(m) => {
                         for (name, value) in m.series() {
@@ -145,6 +150,45 @@ impl Tracker {
                 self.event(batch, f.t_ms, EventKind::RunEnded, None, text);
             }
         }
+    }
+
+    /// Indexes a committed checkpoint (and forgets the ones pruned to make room), with what the
+    /// save cost as series points at its step.
+    fn checkpoint_saved(&mut self, rank: u32, c: &crate::protocol::CheckpointSaved, t_ms: u64, batch: &mut Batch) {
+        let run = self.run();
+        batch.checkpoints.push(crate::store::CheckpointRecord {
+            run: run.clone(),
+            step: c.step.0,
+            path: c.path.clone(),
+            bytes: c.bytes,
+            loss: Some(c.loss),
+            saved_ms: c.saved_ms,
+            blocking_ms: c.blocking_ms,
+            write_ms: c.write_ms,
+            // The writer hashed the very bytes it wrote and committed them with their hashes.
+            verified: true,
+            checked: "sha256".into(),
+            checked_ms: c.saved_ms,
+            problem: None,
+        });
+        batch.checkpoints_removed.extend(c.pruned.iter().map(|s| (run.clone(), *s)));
+        for (name, value) in [
+            ("ckpt_bytes", c.bytes as f64),
+            ("ckpt_write_gbps", c.write_gbps),
+            ("ckpt_blocking_ms", c.blocking_ms),
+            ("ckpt_write_ms", c.write_ms),
+        ] {
+            batch.points.push((run.clone(), name, Point { step: c.step.0, rank, value }));
+        }
+        let text = format!(
+            "checkpoint step {} saved: {:.1} MB in {:.0} ms ({:.2} GB/s), training blocked {:.1} ms",
+            c.step.0,
+            c.bytes as f64 / 1e6,
+            c.write_ms,
+            c.write_gbps,
+            c.blocking_ms
+        );
+        self.event(batch, t_ms, EventKind::CheckpointSaved, Some(rank), text);
     }
 
     /// Marks the run as ended without its agent's word (the agent is gone).

@@ -40,6 +40,9 @@ pub struct Batch {
     pub events: Vec<(RunId, EventRecord)>,
     pub collectives: Vec<(RunId, u32, CollectiveRecord)>,
     pub logs: Vec<(RunId, u32, u64, String)>,
+    pub checkpoints: Vec<super::checkpoints::CheckpointRecord>,
+    /// Checkpoints the worker pruned from disk (`keep`): their records go too.
+    pub checkpoints_removed: Vec<(RunId, u64)>,
 }
 
 impl Batch {
@@ -50,6 +53,8 @@ impl Batch {
             && self.events.is_empty()
             && self.collectives.is_empty()
             && self.logs.is_empty()
+            && self.checkpoints.is_empty()
+            && self.checkpoints_removed.is_empty()
     }
 }
 
@@ -64,6 +69,7 @@ pub struct Store {
     events: sled::Tree,
     collectives: sled::Tree,
     logs: sled::Tree,
+    pub(super) checkpoints: sled::Tree,
 }
 
 /// The one writer: owned by the server's ingest thread, with the rollups it keeps open.
@@ -105,6 +111,7 @@ impl Store {
             events: db.open_tree("events")?,
             collectives: db.open_tree("collectives")?,
             logs: db.open_tree("logs")?,
+            checkpoints: db.open_tree("checkpoints")?,
             db,
         })
     }
@@ -175,6 +182,15 @@ impl Writer {
             }
         }
         self.store.logs.apply_batch(logs)?;
+
+        let mut ckpts = sled::Batch::default();
+        for c in &batch.checkpoints {
+            ckpts.insert(super::checkpoints::key(&c.run, c.step), json(c));
+        }
+        for (run, step) in &batch.checkpoints_removed {
+            ckpts.remove(super::checkpoints::key(run, *step));
+        }
+        self.store.checkpoints.apply_batch(ckpts)?;
 
         self.store.db.flush()?;
         Ok(())

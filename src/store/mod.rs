@@ -56,6 +56,17 @@ pub struct RunRecord {
     pub agent_sockets: Vec<String>,
     /// The last agent frame made durable, per node (same order as `hosts`).
     pub acked_seq: Vec<u64>,
+    /// For a resumed run: the checkpoint of `parent` it started from.
+    #[serde(default)]
+    pub resumed_from: Option<ResumePoint>,
+}
+
+/// Where a resumed run took over from its parent: it trains `step + 1` onwards.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ResumePoint {
+    pub step: u64,
+    /// The parent's checkpoint directory for that step.
+    pub path: String,
 }
 
 /// One series point.
@@ -90,6 +101,8 @@ pub enum EventKind {
     Notice,
     BadFrame,
     NanLoss,
+    CheckpointSaved,
+    CheckpointFailed,
 }
 
 /// One row of the `events` tree.
@@ -122,9 +135,11 @@ pub struct Summary {
     pub tokens_per_s: Option<f64>,
 }
 
+pub mod checkpoints;
 pub mod db;
 mod detail;
 pub mod keys;
 pub mod rollup;
 
+pub use checkpoints::CheckpointRecord;
 pub use db::{Batch, Store, StoreError, Writer};

@@ -256,6 +256,14 @@ impl RunModel {
                     }
                     RankMsg::Collective(rec) => self.add_collective(rank.0, rec.clone()),
                     RankMsg::Finished { .. } => self.rank_mut(rank.0).phase = Some(Phase::Done),
+                    RankMsg::CheckpointSaved(c) => {
+                        let text = format!("rank {rank} saved checkpoint at step {} ({} bytes)", c.step.0, c.bytes);
+                        self.push_event(f.t_ms, EventKind::CheckpointSaved, Some(rank.0), text);
+                    }
+                    RankMsg::CheckpointFailed { .. } => {
+                        let text = format!("rank {rank}: checkpoint save failed");
+                        self.push_event(f.t_ms, EventKind::CheckpointFailed, Some(rank.0), text);
+                    }
                 }
             }
             AgentEvent::ProcSample { rank, cpu_pct, rss_bytes } => {

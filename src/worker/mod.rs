@@ -3,8 +3,9 @@
 //! Map: `env` parses the torchrun environment; `group` joins the ranks (rendezvous, ring,
 //! flight recorder); `data` makes the batches, `arith` is its synthetic generator; `model` is
 //! the GPT; `optim` is AdamW and its schedule; `train` is the loop; `telemetry` streams to the
-//! node agent.
+//! node agent; `checkpoint` saves, restores and agrees on graceful stops.
 pub mod arith;
+pub mod checkpoint;
 pub mod data;
 pub mod env;
 pub mod group;
@@ -25,6 +26,8 @@ use telemetry::Telemetry;
 /// torchrun) sets. Ok after `train.steps` steps; an error (to print on stderr, exit non-zero)
 /// otherwise.
 pub fn main_from_env() -> anyhow::Result<()> {
+    // First: a graceful stop (SIGUSR1) that arrives during start-up must not kill the rank.
+    checkpoint::stop::install().context("installing the SIGUSR1 (graceful stop) handler")?;
     let env = WorkerEnv::from_lookup(|k| std::env::var(k).ok())?;
     // Inter-op parallelism must be fixed before any parallel work (libtorch refuses, and tch
     // panics, on a second call); a model this size gains nothing from it. Intra-op threads
@@ -35,12 +38,20 @@ pub fn main_from_env() -> anyhow::Result<()> {
     tch::set_num_threads(env.torch_threads(cores));
 
     let recipe = load_recipe(&env.recipe_path)?;
+    let recipe_json = std::fs::read(&env.recipe_path)
+        .with_context(|| format!("FLIGHTDECK_RECIPE {}: cannot read the recipe", env.recipe_path.display()))?;
+    let session = train::Session {
+        plan: Some(checkpoint::Plan::from_env(&recipe, recipe_json)),
+        resume_from: std::env::var_os("FLIGHTDECK_RESUME_FROM").filter(|v| !v.is_empty()).map(Into::into),
+        stop: checkpoint::stop::flag(),
+    };
     train::check(&recipe, env.world_size).with_context(|| format!("rank {}", env.rank))?;
     let telemetry = Telemetry::connect(env.telemetry.as_deref(), &env.node, Rank(env.rank), &recipe.telemetry);
     telemetry.tx().phase(Step(0), Phase::Init);
 
     let result = group::connect(&env, &recipe, telemetry.tx()).map_err(anyhow::Error::from).and_then(|mut group| {
-        train::train(&recipe, group.as_mut(), telemetry.tx(), &mut |_| {}).with_context(|| format!("rank {}", env.rank))
+        train::train_session(&recipe, group.as_mut(), telemetry.tx(), &mut |_| {}, session)
+            .with_context(|| format!("rank {}", env.rank))
     });
     let report = telemetry.finish(result.as_ref().ok().map(|o| (o.steps, o.final_loss)));
     if env.telemetry.is_some() {

@@ -79,6 +79,12 @@ impl TelemetryTx {
         }
     }
 
+    /// Checkpoint events from rank 0's writer: sent even with `telemetry.enabled` off, because
+    /// the store indexes checkpoints from them.
+    pub fn checkpoint(&self, msg: RankMsg) {
+        self.send(msg);
+    }
+
     /// For `FlightRecorder::new`: every record it reports goes out as `RankMsg::Collective`.
     pub fn sink(&self) -> Box<dyn FnMut(&CollectiveRecord) + Send> {
         let tx = self.clone();

@@ -2,6 +2,7 @@
 //!
 //! Reads top to bottom as one step. Every phase change is reported before the phase starts, so a
 //! rank that hangs is known to be in the last phase it reported.
+use super::checkpoint::{self, Checkpointer, CkptError, Flow, Plan};
 use super::data::{DataError, Loader, Source};
 use super::group::StepCollective;
 use super::model::{Gpt, Param};
@@ -11,6 +12,8 @@ use crate::collective::CollectiveError;
 use crate::ids::Step;
 use crate::protocol::message::{Phase, StepMetrics};
 use crate::recipe::{Device, Dtype, FaultKind, Kind, Recipe};
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 use tch::{TchError, Tensor};
 
@@ -24,6 +27,8 @@ pub enum TrainError {
     Torch(#[from] TchError),
     #[error("gradient all-reduce at step {step}: {source}")]
     Collective { step: u64, source: CollectiveError },
+    #[error(transparent)]
+    Checkpoint(#[from] CkptError),
 }
 
 /// What a finished run leaves behind.
@@ -33,7 +38,20 @@ pub struct TrainOutcome {
     pub final_loss: f64,
     /// The next global sequence index (what a checkpoint records).
     pub data_position: u64,
+    /// Every rank agreed to stop (graceful stop) after `steps`.
+    pub stopped: bool,
 }
+
+/// What a run brings besides its recipe: where it checkpoints, what it resumes from, and the
+/// flag that asks it to stop at the next step boundary.
+pub struct Session<'a> {
+    pub plan: Option<Plan>,
+    pub resume_from: Option<PathBuf>,
+    pub stop: &'a AtomicBool,
+}
+
+/// Never set: for runs that cannot be asked to stop.
+static NEVER: AtomicBool = AtomicBool::new(false);
 
 /// Everything the worker refuses before training, with what would be valid. Faults that are not
 /// implemented are refused on every rank, so no rank waits at the rendezvous for one that left.
@@ -69,13 +87,24 @@ fn not_yet(kind: &str) -> String {
     )
 }
 
-/// Trains `recipe` as `group.rank()` of `group.world_size()`. `on_step` sees every step's
-/// metrics (the loss is this rank's local mean).
+/// Trains `recipe` as `group.rank()` of `group.world_size()`, from scratch and without
+/// checkpoints. `on_step` sees every step's metrics (the loss is this rank's local mean).
 pub fn train(
     recipe: &Recipe,
     group: &mut dyn StepCollective,
     tele: &TelemetryTx,
     on_step: &mut dyn FnMut(&StepMetrics),
+) -> Result<TrainOutcome, TrainError> {
+    train_session(recipe, group, tele, on_step, Session { plan: None, resume_from: None, stop: &NEVER })
+}
+
+/// `train` with checkpoints, resume and graceful stop.
+pub fn train_session(
+    recipe: &Recipe,
+    group: &mut dyn StepCollective,
+    tele: &TelemetryTx,
+    on_step: &mut dyn FnMut(&StepMetrics),
+    session: Session<'_>,
 ) -> Result<TrainOutcome, TrainError> {
     check(recipe, group.world_size())?;
     let (rank, world) = (group.rank().0, group.world_size());
@@ -96,11 +125,30 @@ pub fn train(
     let mut opt = AdamW::from_recipe(model.params(), &recipe.train)?;
     let mut comm = Buckets::new(&recipe.parallel, model.num_params());
     let steps = recipe.train.steps;
+    let mut start = 0;
+    if let Some(dir) = &session.resume_from {
+        let restored = checkpoint::restore(dir, rank, world, &mut model, &mut opt)?;
+        if restored.step >= steps {
+            return Err(TrainError::Recipe(format!(
+                "FLIGHTDECK_RESUME_FROM {}: the checkpoint is at step {} and train.steps = {steps}: nothing remains \
+                 to train (raise train.steps above {})",
+                dir.display(),
+                restored.step,
+                restored.step
+            )));
+        }
+        loader.seek(restored.data_position);
+        start = restored.step;
+        println!("rank {rank} resumed from {} at step {start}", dir.display());
+    }
+    let mut ckpt = Checkpointer::new(session.plan, session.stop, recipe, rank, tele)?;
+    let mut stopped = false;
+    let mut last = start;
     let fault = &recipe.fault;
     let faulty = |kind: FaultKind, s: u64| fault.kind == kind && fault.rank == rank && s >= fault.step;
     let mut final_loss = f64::NAN;
 
-    for s in 1..=steps {
+    for s in start + 1..=steps {
         let step = Step(s);
         let t0 = Instant::now();
         tele.phase(step, Phase::Data);
@@ -173,9 +221,17 @@ pub fn train(
             println!("rank {rank} step {s}/{steps} loss {loss_value:.4} step {:.1} ms", metrics.step_time_ms);
         }
         final_loss = loss_value;
+        last = s;
+        let position = loader.position();
+        if ckpt.after_step(s, loss_value, &model, &opt, position, group)? == Flow::Stop {
+            println!("rank {rank} stopped after step {s} on request");
+            stopped = true;
+            break;
+        }
     }
-    tele.phase(Step(steps), Phase::Done);
-    Ok(TrainOutcome { steps, final_loss, data_position: loader.position() })
+    ckpt.finish()?;
+    tele.phase(Step(last), Phase::Done);
+    Ok(TrainOutcome { steps: last, final_loss, data_position: loader.position(), stopped })
 }
 
 enum CommError {

@@ -30,7 +30,10 @@ impl EventsView {
 
 fn style(kind: EventKind) -> Style {
     match kind {
-        EventKind::RankExited | EventKind::NanLoss | EventKind::BadFrame => Style::new().fg(Color::Red),
+        EventKind::RankExited | EventKind::NanLoss | EventKind::BadFrame | EventKind::CheckpointFailed => {
+            Style::new().fg(Color::Red)
+        }
+        EventKind::CheckpointSaved => Style::new().fg(Color::Green),
         EventKind::RunEnded => Style::new().fg(Color::Cyan),
         EventKind::Notice => Style::new().fg(Color::Yellow),
         EventKind::RunStarted | EventKind::RankStarted => Style::new(),

@@ -1,0 +1,91 @@
+//! `flightdeck resume RUN`: a child run from a verified checkpoint of RUN, followed like `run`.
+mod recipe_toml;
+
+use super::{EXIT_BAD_INPUT, EXIT_FAILURE};
+use crate::client::Client;
+use crate::paths::DbPaths;
+use crate::protocol::{Reply, Request};
+use crate::store::RunStatus;
+
+#[derive(clap::Args, Debug)]
+pub struct ResumeArgs {
+    /// The run to resume: full id, unique prefix, or name.
+    pub run: String,
+    /// The checkpoint's step (default: the newest one that verifies).
+    #[arg(long)]
+    pub step: Option<u64>,
+    /// Override a key of the run's recipe: `--set train.steps=120` (repeatable). The model and
+    /// the world size must stay as they were.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub overrides: Vec<String>,
+    /// A name for the child run (default: the parent's).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Print progress lines instead of opening the cockpit; exit with the run's outcome.
+    #[arg(long)]
+    pub headless: bool,
+}
+
+pub async fn resume(db: &DbPaths, args: ResumeArgs) -> anyhow::Result<i32> {
+    let mut client = Client::connect(db).await?;
+    let recipe_json = if args.overrides.is_empty() {
+        None
+    } else {
+        match overridden(&mut client, &args.run, &args.overrides).await? {
+            Ok(json) => Some(json),
+            Err(message) => {
+                eprintln!("flightdeck: {message}");
+                return Ok(EXIT_BAD_INPUT);
+            }
+        }
+    };
+    let req = Request::Resume { run: args.run.clone(), step: args.step, recipe_json, name: args.name.clone() };
+    let (run, parent, step, path, skipped) = match client.request(&req).await? {
+        Reply::Resumed { run, parent, step, path, skipped } => (run, parent, step, path, skipped),
+        Reply::Error { message } => {
+            eprintln!("flightdeck: resume refused: {message}");
+            return Ok(EXIT_BAD_INPUT);
+        }
+        other => anyhow::bail!("unexpected reply to resume: {other:?}"),
+    };
+    for s in &skipped {
+        println!("skipped checkpoint step {} of run {parent}: {}", s.step, s.reason);
+    }
+    println!("run {run}: resumed run {parent} from checkpoint step {step} ({path})");
+    if !args.headless {
+        eprintln!("flightdeck: the cockpit is not built yet; running headless");
+    }
+    client.send(&Request::Follow { run: run.0.clone() }).await?;
+    while let Some(reply) = client.next().await? {
+        match reply {
+            Reply::Progress(p) => println!("{}", super::run::progress_line(&p)),
+            Reply::Ended { run, status, reason } => {
+                println!("run {run} {}: {reason}", status.name());
+                return Ok(if status == RunStatus::Succeeded { 0 } else { EXIT_FAILURE });
+            }
+            Reply::Error { message } => anyhow::bail!("{message}"),
+            other => anyhow::bail!("unexpected reply while following: {other:?}"),
+        }
+    }
+    anyhow::bail!("lost the server while following run {run}; it goes on: `flightdeck show {run}`")
+}
+
+/// The parent's recipe with `overrides`, validated like a recipe file (Err: the message).
+async fn overridden(client: &mut Client, run: &str, overrides: &[String]) -> anyhow::Result<Result<String, String>> {
+    let detail = match client.request(&Request::ShowRun { run: run.into() }).await? {
+        Reply::Run { detail } => detail,
+        Reply::Error { message } => return Ok(Err(message)),
+        other => anyhow::bail!("unexpected reply: {other:?}"),
+    };
+    let parent: crate::recipe::Recipe = serde_json::from_str(&detail.run.recipe_json)
+        .map_err(|e| anyhow::anyhow!("run {}: its stored recipe cannot be read: {e}", detail.run.id))?;
+    if parent.kind != crate::recipe::Kind::Pretrain {
+        return Ok(Err(format!("run {}: only kind = \"pretrain\" runs have checkpoints to resume", detail.run.id)));
+    }
+    let text = recipe_toml::to_toml(&parent).map_err(|e| anyhow::anyhow!("run {}: {e}", detail.run.id))?;
+    let origin = format!("run {}'s recipe", detail.run.id);
+    Ok(match crate::recipe::parse_str(&text, &origin, overrides) {
+        Ok(recipe) => Ok(serde_json::to_string(&recipe)?),
+        Err(e) => Err(e.to_string()),
+    })
+}

@@ -1,0 +1,194 @@
+//! Checkpoints: their on-disk format (`disk`), how they are written (`commit`), which one a
+//! resume may use (`choose`), and their index in the store (tree `checkpoints`:
+//! run \0 step(u64 BE) → JSON `CheckpointRecord`).
+pub mod commit;
+pub mod disk;
+
+use super::db::{Store, StoreError};
+use crate::ids::RunId;
+use disk::{Corrupt, Depth, Manifest};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// One checkpoint of one run, as the store knows it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointRecord {
+    pub run: RunId,
+    pub step: u64,
+    /// The step directory.
+    pub path: String,
+    pub bytes: u64,
+    /// Mean over ranks of the loss of this step.
+    pub loss: Option<f64>,
+    pub saved_ms: u64,
+    /// How long training waited for the snapshot (and for a previous save still writing).
+    pub blocking_ms: f64,
+    /// How long the background writer took (write, hash, fsync, commit).
+    pub write_ms: f64,
+    /// The result of the last check: committed and every checked file as the manifest says.
+    pub verified: bool,
+    /// `sizes` or `sha256`: how deep the last check looked (`sha256` at save: the writer
+    /// hashed the very bytes it wrote).
+    pub checked: String,
+    pub checked_ms: u64,
+    /// Why it is not verified.
+    pub problem: Option<String>,
+}
+
+/// `run \0 step`.
+pub fn key(run: &RunId, step: u64) -> Vec<u8> {
+    let mut k = super::keys::run_prefix(run);
+    k.extend_from_slice(&step.to_be_bytes());
+    k
+}
+
+impl Store {
+    /// Every checkpoint recorded for a run, oldest first.
+    pub fn checkpoints(&self, run: &RunId) -> Result<Vec<CheckpointRecord>, StoreError> {
+        self.checkpoints
+            .scan_prefix(super::keys::run_prefix(run))
+            .map(|kv| {
+                serde_json::from_slice(&kv?.1)
+                    .map_err(|e| StoreError::Corrupt { tree: "checkpoints", reason: e.to_string() })
+            })
+            .collect()
+    }
+}
+
+/// The checkpoint directory of a run: `checkpoint.dir` under its run directory (an absolute
+/// `checkpoint.dir` stands as it is).
+pub fn root_of(run_dir: &Path, checkpoint_dir: &str) -> PathBuf {
+    run_dir.join(checkpoint_dir)
+}
+
+fn depth_name(depth: Depth) -> &'static str {
+    match depth {
+        Depth::Sizes => "sizes",
+        Depth::Sha256 => "sha256",
+    }
+}
+
+/// Checks what is on disk under `root` against what the store `known`s, to `depth`: every step
+/// directory on disk (torn ones too, as not verified) and every recorded one (gone ones too).
+pub fn inspect(run: &RunId, root: &Path, known: Vec<CheckpointRecord>, depth: Depth) -> Vec<CheckpointRecord> {
+    let now = crate::ids::unix_ms();
+    let mut out: Vec<CheckpointRecord> = Vec::new();
+    let on_disk = disk::scan(root).unwrap_or_default();
+    for (step, dir) in &on_disk {
+        let result = disk::verify(dir, *step, depth);
+        let mut rec = known.iter().find(|k| k.step == *step).cloned().unwrap_or_else(|| CheckpointRecord {
+            run: run.clone(),
+            step: *step,
+            path: dir.display().to_string(),
+            bytes: dir_bytes(dir),
+            loss: None,
+            saved_ms: 0,
+            blocking_ms: 0.0,
+            write_ms: 0.0,
+            verified: false,
+            checked: String::new(),
+            checked_ms: 0,
+            problem: None,
+        });
+        if let Ok(m) = &result {
+            rec.bytes = m.bytes();
+            rec.loss = rec.loss.or(Some(m.loss));
+            rec.saved_ms = if rec.saved_ms == 0 { m.saved_ms } else { rec.saved_ms };
+        }
+        let failed_hash_before = !rec.verified && rec.checked == depth_name(Depth::Sha256);
+        if depth == Depth::Sizes && result.is_ok() && failed_hash_before {
+            // Sizes cannot clear a checkpoint whose bytes failed their hash: the last full
+            // verification's verdict stands until the next one.
+            out.push(rec);
+            continue;
+        }
+        rec.verified = result.is_ok();
+        rec.problem = result.err().map(|e| e.to_string());
+        rec.checked = depth_name(depth).into();
+        rec.checked_ms = now;
+        out.push(rec);
+    }
+    for mut rec in known {
+        if !on_disk.iter().any(|(s, _)| *s == rec.step) {
+            rec.verified = false;
+            rec.problem = Some(format!("{} is gone", rec.path));
+            rec.checked = depth_name(depth).into();
+            rec.checked_ms = now;
+            out.push(rec);
+        }
+    }
+    out.sort_by_key(|r| r.step);
+    out
+}
+
+fn dir_bytes(dir: &Path) -> u64 {
+    let files = std::fs::read_dir(dir).into_iter().flatten().flatten();
+    files.filter_map(|e| e.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum()
+}
+
+/// A checkpoint passed over by a resume, and why.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Skipped {
+    pub step: u64,
+    pub reason: String,
+}
+
+/// The checkpoint a resume will load: verified to the last byte.
+#[derive(Clone, Debug)]
+pub struct Chosen {
+    pub step: u64,
+    pub path: PathBuf,
+    pub manifest: Manifest,
+    /// Newer checkpoints that failed verification, newest first.
+    pub skipped: Vec<Skipped>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ChooseError {
+    #[error("there are no checkpoints in {dir} (checkpoint.every = 0 saves only on a graceful stop)")]
+    NoCheckpoints { dir: String },
+    #[error("there is no checkpoint at step {step} in {dir}; steps there: {available}")]
+    NoSuchStep { step: u64, dir: String, available: String },
+    #[error("checkpoint step {step} ({path}) cannot be trusted: {reason}")]
+    Corrupt { step: u64, path: String, reason: Corrupt },
+    #[error("no checkpoint in {dir} can be trusted: {}", list(skipped))]
+    NoneVerified { dir: String, skipped: Vec<Skipped> },
+    #[error("reading {dir}: {reason}")]
+    Io { dir: String, reason: String },
+}
+
+pub fn list(skipped: &[Skipped]) -> String {
+    skipped.iter().map(|s| format!("step {}: {}", s.step, s.reason)).collect::<Vec<_>>().join("; ")
+}
+
+/// The checkpoint at `step`, or the newest one that verifies (sha256 of every file). Never
+/// returns one that fails: `--step` on a bad one is refused with the reason.
+pub fn choose(root: &Path, step: Option<u64>) -> Result<Chosen, ChooseError> {
+    let dir = root.display().to_string();
+    let all = disk::scan(root).map_err(|e| ChooseError::Io { dir: dir.clone(), reason: e.to_string() })?;
+    if all.is_empty() {
+        return Err(ChooseError::NoCheckpoints { dir });
+    }
+    if let Some(step) = step {
+        let Some((_, path)) = all.iter().find(|(s, _)| *s == step) else {
+            let available = all.iter().map(|(s, _)| s.to_string()).collect::<Vec<_>>().join(", ");
+            return Err(ChooseError::NoSuchStep { step, dir, available });
+        };
+        return match disk::verify(path, step, Depth::Sha256) {
+            Ok(manifest) => Ok(Chosen { step, path: path.clone(), manifest, skipped: Vec::new() }),
+            Err(reason) => Err(ChooseError::Corrupt { step, path: path.display().to_string(), reason }),
+        };
+    }
+    let mut skipped = Vec::new();
+    for (step, path) in all.into_iter().rev() {
+        match disk::verify(&path, step, Depth::Sha256) {
+            Ok(manifest) => return Ok(Chosen { step, path, manifest, skipped }),
+            Err(reason) => skipped.push(Skipped { step, reason: reason.to_string() }),
+        }
+    }
+    Err(ChooseError::NoneVerified { dir, skipped })
+}
+
+#[cfg(test)]
+#[path = "checkpoints/tests.rs"]
+mod tests;
