@@ -3,6 +3,7 @@ mod doctor;
 mod output;
 mod query;
 mod run;
+mod stacks;
 
 use crate::paths::{db_dir, DbPaths};
 use clap::{Parser, Subcommand};
@@ -55,6 +56,8 @@ pub enum Cmd {
     /// Internal: a training rank, started by agents with the torchrun environment.
     #[command(hide = true)]
     Worker,
+    /// Dump the stacks of a live run's ranks (all, or --rank R), identical ones grouped.
+    Stacks(stacks::StacksArgs),
 }
 
 /// Exit codes: 0 success, 1 failure (a run failed, a server error), 2 bad input.
@@ -114,6 +117,7 @@ async fn client_command(db: &DbPaths, cmd: Cmd) -> anyhow::Result<i32> {
         Cmd::Metrics(args) => query::metrics(db, args).await,
         Cmd::Stop { run } => query::stop_or_kill(db, &run, false).await,
         Cmd::Kill { run } => query::stop_or_kill(db, &run, true).await,
+        Cmd::Stacks(args) => stacks::stacks(db, args).await,
         Cmd::Server { .. } | Cmd::Agent { .. } | Cmd::Worker | Cmd::Doctor => unreachable_command(),
     }
 }

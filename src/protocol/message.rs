@@ -3,7 +3,7 @@ use crate::ids::{Rank, RunId, Step};
 use serde::{Deserialize, Serialize};
 
 /// Bumped on any change to these types; peers with another version are refused.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// The first frame on every connection, in both directions.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -282,6 +282,11 @@ pub enum AgentEvent {
         outcome: RunOutcome,
         reason: String,
     },
+    /// The answer to `AgentCommand::DumpStacks`: this node's ranks (or the one asked for).
+    StackDump {
+        request: u64,
+        stacks: Vec<super::verdict::RankStacks>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -303,6 +308,8 @@ pub enum AgentCommand {
     Stop,
     /// Immediate SIGKILL of every rank.
     Kill,
+    /// Read the stacks of every rank on the node (or of `rank`); answered by `StackDump`.
+    DumpStacks { request: u64, rank: Option<Rank> },
 }
 
 /// Client → server.
@@ -338,6 +345,11 @@ pub enum Request {
     /// (`Reply::Ended`). Frames already stored are read with the other requests.
     Watch {
         run: String,
+    },
+    /// Dump the stacks of a live run's ranks (all, or `rank`), grouped (`Reply::Stacks`).
+    Stacks {
+        run: String,
+        rank: Option<u32>,
     },
 }
 
@@ -379,6 +391,7 @@ pub enum Reply {
     Error {
         message: String,
     },
+    Stacks(Box<super::verdict::StackReport>),
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -391,4 +404,8 @@ pub struct Progress {
     pub step_time_ms_mean: Option<f64>,
     pub ranks_alive: u32,
     pub world_size: u32,
+    /// The analysis' verdicts that hold now (a hang until progress resumes, a straggler until
+    /// it keeps up), so a follower (the cockpit's banner and heatmap, `run --headless`) sees
+    /// them live. Every verdict is also stored as an event when first given.
+    pub verdicts: Vec<super::verdict::Verdict>,
 }

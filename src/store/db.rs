@@ -40,6 +40,8 @@ pub struct Batch {
     pub events: Vec<(RunId, EventRecord)>,
     pub collectives: Vec<(RunId, u32, CollectiveRecord)>,
     pub logs: Vec<(RunId, u32, u64, String)>,
+    /// Keyed by (detected ms, index) so a later rewrite (the report gains stacks) replaces it.
+    pub verdicts: Vec<(RunId, (u64, u32), super::VerdictRecord)>,
 }
 
 impl Batch {
@@ -50,6 +52,7 @@ impl Batch {
             && self.events.is_empty()
             && self.collectives.is_empty()
             && self.logs.is_empty()
+            && self.verdicts.is_empty()
     }
 }
 
@@ -64,6 +67,7 @@ pub struct Store {
     events: sled::Tree,
     collectives: sled::Tree,
     logs: sled::Tree,
+    verdicts: sled::Tree,
 }
 
 /// The one writer: owned by the server's ingest thread, with the rollups it keeps open.
@@ -105,6 +109,7 @@ impl Store {
             events: db.open_tree("events")?,
             collectives: db.open_tree("collectives")?,
             logs: db.open_tree("logs")?,
+            verdicts: db.open_tree("verdicts")?,
             db,
         })
     }
@@ -175,6 +180,12 @@ impl Writer {
             }
         }
         self.store.logs.apply_batch(logs)?;
+
+        let mut verdicts = sled::Batch::default();
+        for (run, (ms, n), v) in &batch.verdicts {
+            verdicts.insert(keys::event_key(run, *ms, u64::from(*n)), json(v));
+        }
+        self.store.verdicts.apply_batch(verdicts)?;
 
         self.store.db.flush()?;
         Ok(())
@@ -301,5 +312,16 @@ impl Store {
             .scan_prefix(keys::rank_key(run, rank))
             .map(|kv| Ok(String::from_utf8_lossy(&kv?.1).into_owned()))
             .collect()
+    }
+
+    /// Every verdict of a run, oldest first.
+    pub fn verdicts(&self, run: &RunId) -> Result<Vec<super::VerdictRecord>, StoreError> {
+        let mut out: Vec<super::VerdictRecord> = self
+            .verdicts
+            .scan_prefix(keys::run_prefix(run))
+            .map(|kv| parse("verdicts", &kv?.1))
+            .collect::<Result<_, _>>()?;
+        out.sort_by_key(|v| v.verdict.detected_ms);
+        Ok(out)
     }
 }
