@@ -6,6 +6,9 @@ have() { command -v "$1" >/dev/null 2>&1; }
 have cc || need+=(build-essential)
 have python3 || need+=(python3 python3-venv)
 have pkg-config || need+=(pkg-config)
+# Stack dumps of hung ranks: eu-stack (fast: it stops a rank for milliseconds), gdb as fallback.
+have eu-stack || need+=(elfutils)
+have gdb || need+=(gdb)
 if [ ${#need[@]} -gt 0 ]; then
   echo "install-deps: installing ${need[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive

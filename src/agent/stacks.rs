@@ -171,15 +171,16 @@ fn frame_line(line: &str) -> Option<&str> {
     (digits > 0).then(|| rest[digits..].trim())
 }
 
-/// Demangles Rust's legacy symbols (`_ZN...17h<hash>E`), undoes its escapes, and drops hashes
-/// and `.llvm.N` suffixes, which differ between builds but not between identical stacks.
+/// Demangles Rust symbols (legacy `_ZN...E` and v0 `_R...`), undoes the escapes of names a
+/// tool half-demangled, and drops hashes and `.llvm.N` suffixes, which differ between builds
+/// but not between identical stacks.
 pub fn clean_function(raw: &str) -> String {
     let name = raw.split(".llvm.").next().unwrap_or(raw);
-    let name = match name.strip_prefix("_ZN").and_then(demangle_legacy) {
-        Some(d) => d,
-        None => name.to_string(),
-    };
-    let mut s = name;
+    if let Ok(d) = rustc_demangle::try_demangle(name) {
+        // The alternate form leaves the hash out.
+        return format!("{d:#}");
+    }
+    let mut s = name.to_string();
     for (from, to) in [
         ("$LT$", "<"),
         ("$GT$", ">"),
@@ -203,20 +204,6 @@ pub fn clean_function(raw: &str) -> String {
         Some((head, hash)) if hash.len() == 16 && hash.chars().all(|c| c.is_ascii_hexdigit()) => head.to_string(),
         _ => s,
     }
-}
-
-/// `10flightdeck6worker5train5trainE` → `flightdeck::worker::train::train` (hash kept; the
-/// caller strips it).
-fn demangle_legacy(mut rest: &str) -> Option<String> {
-    let mut parts = Vec::new();
-    while !rest.starts_with('E') {
-        let digits = rest.find(|c: char| !c.is_ascii_digit())?;
-        let len: usize = rest[..digits].parse().ok()?;
-        let ident = rest.get(digits..digits + len)?;
-        parts.push(ident);
-        rest = &rest[digits + len..];
-    }
-    Some(parts.join("::"))
 }
 
 /// Puts ranks with identical stacks (every thread's functions, in thread order) together,

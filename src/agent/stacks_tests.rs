@@ -23,6 +23,7 @@ fn eu_stack_output_of_a_worker_parses_into_clean_frames() {
     );
     assert_eq!(main[3], "flightdeck::worker::train::train");
     assert!(main.iter().all(|f| !f.contains("::h") && !f.contains(".llvm.") && !f.contains('$')), "{main:?}");
+    assert!(main.contains(&"std::rt::lang_start_internal"), "v0 symbols are demangled: {main:?}");
     assert_eq!(names(&threads[1])[4], "flightdeck::worker::telemetry::pump");
 }
 
@@ -58,14 +59,14 @@ fn py_spy_output_parses_python_frames() {
 
 #[test]
 fn rust_symbols_lose_their_hashes_and_escapes() {
-    assert_eq!(
-        clean_function("_ZN10flightdeck6worker5train5train17hc59b2d361a0581e3E"),
-        "flightdeck::worker::train::train"
-    );
-    assert_eq!(clean_function("_ZN3std2rt10lang_start17h0123456789abcdefE.llvm.123"), "std::rt::lang_start");
-    assert_eq!(clean_function("_ZN3std2rt10lang_start2h0E"), "std::rt::lang_start::h0");
+    let legacy = "_ZN10flightdeck6worker5train5train17hc59b2d361a0581e3E";
+    assert_eq!(clean_function(legacy), "flightdeck::worker::train::train");
+    let llvm = "_ZN3std2rt10lang_start17h0123456789abcdefE.llvm.123";
+    assert_eq!(clean_function(llvm), "std::rt::lang_start");
+    let v0 = "_RNvNtCsjrHSEGnQ3l9_3std2rt19lang_start_internal";
+    assert_eq!(clean_function(v0), "std::rt::lang_start_internal");
     assert_eq!(clean_function("at::native::cpublas::gemm(long)"), "at::native::cpublas::gemm(long)");
-    assert_eq!(clean_function("_RNvNtCs1_3std2rt19lang_start_internal"), "_RNvNtCs1_3std2rt19lang_start_internal");
+    assert_eq!(clean_function("__poll"), "__poll");
 }
 
 fn rank(rank: u32, top: &str) -> RankStacks {

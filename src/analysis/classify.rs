@@ -71,7 +71,8 @@ pub fn heartbeat_lost(ranks: &BTreeMap<u32, RankState>, since_ms: u64, now_ms: u
 }
 
 /// `rank` exited abnormally at `since_ms` while its peers still needed it.
-pub fn dead(ranks: &BTreeMap<u32, RankState>, rank: u32, since_ms: u64, now_ms: u64) -> Verdict {
+/// `waiting` are the ranks that were live when it died (the agent may have stopped them since).
+pub fn dead(ranks: &BTreeMap<u32, RankState>, rank: u32, waiting: Vec<u32>, since_ms: u64, now_ms: u64) -> Verdict {
     let empty = RankState::default();
     let r = ranks.get(&rank).unwrap_or(&empty);
     let how = r.exit.as_ref().map_or_else(|| "exited".to_string(), |e| e.describe());
@@ -79,7 +80,6 @@ pub fn dead(ranks: &BTreeMap<u32, RankState>, rank: u32, since_ms: u64, now_ms: 
     let record = r.record(r.last_started).map(collective_ref);
     let last = record.as_ref().map(|c| format!(", last in {}", describe(c))).unwrap_or_default();
     let c = culprit(rank, r, format!("died ({how}) in phase {phase} of step {}{last}", r.step));
-    let waiting: Vec<u32> = ranks.iter().filter(|(k, x)| **k != rank && x.live()).map(|(k, _)| *k).collect();
     let summary = format!(
         "{} died ({how}) in phase {phase} of step {}{last}; {} left waiting",
         who(std::slice::from_ref(&c)),

@@ -42,6 +42,9 @@ impl Config {
 
 /// Ten missed heartbeats: a server that is itself slow for a few seconds must not kill a node.
 pub const HEARTBEAT_LOST_MS: u64 = 10_000;
+/// Three missed heartbeats: the node is silent, so the lack of progress says nothing about the
+/// ranks; the heartbeat rule decides instead of the hang rule.
+const SILENT_MS: u64 = 3_000;
 /// Checkpoint saves, evaluation and the first step are not a step's length: a hang there needs
 /// this many times the threshold.
 pub const SLACK: u64 = 6;
@@ -100,7 +103,8 @@ pub struct Analyzer {
     hang: Option<(Verdict, bool)>,
     /// A stop or kill was asked for, or the run ended: exits are expected now.
     ending: bool,
-    pending_dead: Option<(u32, u64)>,
+    /// A rank that exited abnormally: (rank, when, the ranks still live then).
+    pending_dead: Option<(u32, u64, Vec<u32>)>,
     dead_given: bool,
     /// A sequence number with disagreeing records, and when that was first seen.
     pending_mismatch: Option<(u64, u64)>,
@@ -184,9 +188,14 @@ impl Analyzer {
             AgentEvent::RankExited { rank, status, .. } => {
                 let r = self.ranks.entry(rank.0).or_default();
                 (r.exit, r.exit_ms) = (Some(status.clone()), now_ms);
-                let others_live = self.ranks.values().any(RankState::live);
-                if !status.success() && !self.ending && !self.dead_given && self.pending_dead.is_none() && others_live {
-                    self.pending_dead = Some((rank.0, now_ms));
+                let others: Vec<u32> = self.ranks.iter().filter(|(_, r)| r.live()).map(|(k, _)| *k).collect();
+                if !status.success()
+                    && !self.ending
+                    && !self.dead_given
+                    && self.pending_dead.is_none()
+                    && !others.is_empty()
+                {
+                    self.pending_dead = Some((rank.0, now_ms, others));
                 }
             }
             AgentEvent::RunEnded { .. } => {}
@@ -211,8 +220,9 @@ impl Analyzer {
         let r = self.ranks.entry(rank).or_default();
         match msg {
             RankMsg::Register { pid, .. } => r.pid = Some(*pid),
-            RankMsg::Phase { step, phase, .. } => {
-                (r.phase, r.phase_since_ms, r.step) = (Some(*phase), now_ms, r.step.max(step.0));
+            RankMsg::Phase { step, phase, t_ms } => {
+                // The rank's own stamp: reports arrive in batches, their moments matter.
+                (r.phase, r.phase_since_ms, r.step) = (Some(*phase), *t_ms, r.step.max(step.0));
                 if *phase == Phase::Done {
                     r.finished = true;
                 }
@@ -265,7 +275,8 @@ impl Analyzer {
             out.push(v);
             return out;
         }
-        if self.armed && now_ms.saturating_sub(self.last_progress_ms) >= self.hang_threshold_ms() {
+        let silent = now_ms.saturating_sub(self.last_frame_ms) >= SILENT_MS;
+        if self.armed && !silent && now_ms.saturating_sub(self.last_progress_ms) >= self.hang_threshold_ms() {
             let v = classify::hang(&self.ranks, self.last_progress_ms, now_ms);
             self.hang = Some((v.clone(), false));
             out.push(v);
@@ -296,13 +307,13 @@ impl Analyzer {
                 out.push(v);
             }
         }
-        if let Some((rank, since)) = self.pending_dead {
+        if let Some((rank, since, waiting)) = self.pending_dead.clone() {
             if self.mismatch_given || self.pending_mismatch.is_some() && !now_or_never {
                 // Wait for the mismatch to settle first (or be dropped by it).
             } else if due(since) {
                 self.pending_dead = None;
                 self.dead_given = true;
-                let v = classify::dead(&self.ranks, rank, since, now_ms);
+                let v = classify::dead(&self.ranks, rank, waiting, since, now_ms);
                 self.hang = Some((v.clone(), false));
                 out.push(v);
             }

@@ -308,10 +308,10 @@ fn silence_from_the_node_is_a_lost_heartbeat_and_a_frame_clears_it() {
     let mut s = sim(2);
     s.steady(3);
     s.beats = false;
-    s.phase(0, 4, Phase::Ckpt); // slack for the hang rule; the heartbeat rule has none
     let since = s.now;
+    // Past the 5 s hang floor: a silent node says nothing about progress, so no hang verdict.
     s.wait_until(since + 9_900);
-    assert!(s.given.is_empty());
+    assert!(s.given.is_empty(), "{:#?}", s.given);
     s.wait_until(since + 10_100);
     assert_eq!(s.kinds(), [VerdictKind::Dead]);
     assert!(s.given[0].summary.contains("heartbeat of node local lost"), "{}", s.given[0].summary);

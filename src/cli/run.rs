@@ -57,14 +57,15 @@ pub async fn run(db: &DbPaths, args: RunArgs) -> anyhow::Result<i32> {
     };
     println!("run {run}: {} on {} rank(s), {} steps", recipe.name, recipe.world_size(), recipe.train.steps);
     client.send(&Request::Follow { run: run.0.clone() }).await?;
-    // Verdicts already printed, by (kind, detected ms): each is said once, when it appears.
-    let mut said: std::collections::BTreeSet<(&'static str, u64)> = Default::default();
+    // Verdicts already printed: each is said once when it appears, and again if it sharpens
+    // (stacks single out the culprit of a collective every rank entered).
+    let mut said: std::collections::BTreeSet<(&'static str, u64, String)> = Default::default();
     while let Some(reply) = client.next().await? {
         match reply {
             Reply::Progress(p) => {
                 println!("{}", progress_line(&p));
                 for v in &p.verdicts {
-                    if said.insert((v.kind.name(), v.detected_ms)) {
+                    if said.insert((v.kind.name(), v.detected_ms, v.summary.clone())) {
                         println!("{}", verdict_line(&p.run, v));
                     }
                 }

@@ -189,10 +189,11 @@ pub struct Analysis {
 }
 
 impl Default for Analysis {
-    /// Tight enough to flag a hang of the tiny recipe in seconds; a straggler needs a quarter
-    /// more time than its peers for ten steps, which scheduling noise on a busy box does not give.
+    /// Flags a hang within max(5 s, 5 × the median step) of the last progress, inside the
+    /// issue's target of max(10 s, 5 × p50); a straggler needs a quarter more time than its
+    /// peers for ten steps, which scheduling noise on a busy box does not give.
     fn default() -> Analysis {
-        Analysis { hang_floor_s: 5.0, hang_k: 10.0, straggler_margin_pct: 25.0, straggler_window_steps: 10 }
+        Analysis { hang_floor_s: 5.0, hang_k: 5.0, straggler_margin_pct: 25.0, straggler_window_steps: 10 }
     }
 }
 
