@@ -101,9 +101,15 @@ impl Stragglers {
         let margin = cfg.straggler_margin_pct;
         let mut out = Vec::new();
         for (k, lag) in self.lags(cfg.straggler_window_steps, ranks, world) {
-            let slow = lag.compute_excess_pct() > margin || lag.late_pct() > margin;
-            // Half the margin to clear, so a rank on the edge does not flap.
-            let recovered = lag.compute_excess_pct() < margin / 2.0 && lag.late_pct() < margin / 2.0;
+            // Both signals must agree: arriving late is what holds the others up, and slow compute
+            // says it is the rank's own work (not, say, a late start that a busy machine gave it).
+            // Without arrivals (no collective yet), compute alone decides.
+            let late = lag.late_ms.is_none() || lag.late_pct() > margin;
+            let slow = late
+                && lag.compute_excess_pct() > margin / 2.0
+                && lag.compute_excess_pct().max(lag.late_pct()) > margin;
+            // Below half the margin to clear, so a rank on the edge does not flap.
+            let recovered = lag.late_pct() < margin / 2.0 || lag.compute_excess_pct() < margin / 4.0;
             if slow && !self.flagged.contains_key(&k) {
                 let v = verdict(k, &ranks[&k], lag, cfg.straggler_window_steps, now_ms);
                 self.flagged.insert(k, v.clone());

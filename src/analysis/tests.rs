@@ -371,3 +371,40 @@ fn within_the_margin_is_not_a_straggler() {
     }
     assert!(s.given.is_empty(), "{:#?}", s.given);
 }
+
+#[test]
+fn slow_compute_that_still_arrives_on_time_is_not_a_straggler() {
+    use crate::protocol::CollectiveOp;
+    let cfg = Config::from_recipe(&crate::recipe::Analysis { straggler_window_steps: 5, ..Default::default() });
+    let mut ranks = BTreeMap::new();
+    for r in 0..2u32 {
+        ranks.insert(r, RankState { host: "local".into(), pid: Some(r), ..Default::default() });
+    }
+    let mut st = straggler::Stragglers::default();
+    for s in 1..=10u64 {
+        // Rank 1 computes twice as long yet enters the collective with rank 0 (it started early).
+        for (r, compute) in [(0u32, 15.0), (1, 30.0)] {
+            let m = StepMetrics {
+                step: Step(s),
+                loss: 2.0,
+                lr: 1e-3,
+                grad_norm: 1.0,
+                tokens: 1,
+                step_time_ms: 40.0,
+                data_ms: 0.0,
+                fwd_ms: compute / 2.0,
+                bwd_ms: compute / 2.0,
+                comm_ms: 1.0,
+                opt_ms: 1.0,
+                mem_rss_bytes: 0,
+            };
+            st.on_step(r, &m);
+            let mut rec = record(s, s, 10, s * 100, None);
+            rec.op = CollectiveOp::AllReduce;
+            st.on_collective(r, &rec);
+        }
+        assert!(st.evaluate(&cfg, &ranks, 2, T0).is_empty(), "step {s}");
+    }
+    let lags = st.lags(5, &ranks, 2);
+    assert_eq!((lags[&1].compute_ms, lags[&1].late_ms), (30.0, Some(0.0)));
+}
