@@ -8,6 +8,9 @@ have python3 || need+=(python3 python3-venv)
 have pkg-config || need+=(pkg-config)
 # The cockpit's end-to-end test drives it in tmux.
 have tmux || need+=(tmux)
+# Stack dumps of hung ranks: eu-stack (fast: it stops a rank for milliseconds), gdb as fallback.
+have eu-stack || need+=(elfutils)
+have gdb || need+=(gdb)
 if [ ${#need[@]} -gt 0 ]; then
   echo "install-deps: installing ${need[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive

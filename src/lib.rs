@@ -3,6 +3,7 @@
 //! One binary plays every part (see `docs/ARCHITECTURE.md`): the CLI and its clients, the
 //! `server` that owns the sled history, the per-node `agent`, and the tch `worker` ranks.
 pub mod agent;
+pub mod analysis;
 pub mod cli;
 pub mod client;
 pub mod collective;

@@ -79,6 +79,9 @@ impl Conn {
                     AgentCommand::Kill => {
                         let _ = tx.send(Input::Kill).await;
                     }
+                    AgentCommand::DumpStacks { request, rank } => {
+                        let _ = tx.send(Input::DumpStacks { request, rank }).await;
+                    }
                     AgentCommand::Attach { .. } => {
                         tracing::warn!("second Attach on one connection ignored")
                     }

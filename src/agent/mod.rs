@@ -6,6 +6,7 @@ mod link;
 mod outbox;
 mod ranks;
 mod sampler;
+pub mod stacks;
 mod telemetry;
 mod telemetry_json;
 
@@ -72,6 +73,11 @@ pub(crate) enum Input {
     TelemetryClosed {
         rank: Rank,
     },
+    /// Read the stacks of the live ranks (or one); answered with `AgentEvent::StackDump`.
+    DumpStacks {
+        request: u64,
+        rank: Option<Rank>,
+    },
 }
 
 /// Bounded so a flood of log lines applies backpressure to the readers (which then block on
@@ -80,6 +86,10 @@ const INPUT_CAPACITY: usize = 8192;
 
 /// How long an ended run's agent waits for a server to collect its last frames.
 const LINGER: Duration = Duration::from_secs(600);
+
+/// A heartbeat frame this often while the run lives, so the server can tell a silent node from
+/// a quiet one (the analysis calls a node lost after ten missed beats).
+const HEARTBEAT: Duration = Duration::from_secs(1);
 
 /// `flightdeck agent --run-dir DIR`: runs the node's part of a run to its end.
 pub fn main(run_dir: PathBuf) -> anyhow::Result<()> {
@@ -140,9 +150,12 @@ async fn run(mut spec: AgentSpec, paths: RunDirPaths) -> anyhow::Result<()> {
     let mut registered: std::collections::BTreeSet<Rank> = Default::default();
     let mut ended = false;
     let mut linger_deadline = None;
+    let mut heartbeat = tokio::time::interval(HEARTBEAT);
+    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let input = tokio::select! {
             i = rx.recv() => i,
+            _ = heartbeat.tick(), if !ended => Some(Input::Event(AgentEvent::Heartbeat)),
             _ = acked.notified(), if ended => None,
             _ = sleep_until_opt(linger_deadline) => {
                 tracing::warn!("no server collected the last frames within {LINGER:?}; exiting");
@@ -222,6 +235,11 @@ async fn run(mut spec: AgentSpec, paths: RunDirPaths) -> anyhow::Result<()> {
                 terminate(&alive, libc::SIGKILL);
             }
             Some(Input::Escalate) => terminate(&alive, libc::SIGKILL),
+            Some(Input::DumpStacks { request, rank }) => {
+                let targets: Vec<(u32, u32)> =
+                    alive.iter().filter(|(r, _)| rank.is_none_or(|want| want == **r)).map(|(r, p)| (r.0, *p)).collect();
+                tokio::spawn(dump_stacks(request, targets, spec.node.clone(), tx.clone()));
+            }
             Some(Input::Stop) | None => {}
         }
         if alive.is_empty() && telemetry_open.is_empty() && !ended {
@@ -285,6 +303,25 @@ fn schedule(tx: mpsc::Sender<Input>, after_ms: u64, input: Input) {
         tokio::time::sleep(Duration::from_millis(after_ms)).await;
         let _ = tx.send(input).await;
     });
+}
+
+/// Dumps the target ranks side by side (each dump stops only its own rank, briefly) and sends
+/// the answer back through the owner loop, so it is sequenced and acknowledged like any frame.
+async fn dump_stacks(request: u64, targets: Vec<(u32, u32)>, node: String, tx: mpsc::Sender<Input>) {
+    let mut set = tokio::task::JoinSet::new();
+    for (rank, pid) in targets {
+        let node = node.clone();
+        set.spawn(async move { stacks::dump(rank, &node, pid).await });
+    }
+    let mut stacks = Vec::new();
+    while let Some(done) = set.join_next().await {
+        match done {
+            Ok(s) => stacks.push(s),
+            Err(e) => tracing::warn!("a stack dump task failed: {e}"),
+        }
+    }
+    stacks.sort_by_key(|s| s.rank);
+    let _ = tx.send(Input::Event(AgentEvent::StackDump { request, stacks })).await;
 }
 
 async fn sleep_until_opt(deadline: Option<tokio::time::Instant>) {

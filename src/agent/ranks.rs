@@ -61,6 +61,9 @@ pub async fn spawn(
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
+            // Under Yama's ptrace_scope = 1 only ancestors may attach; this lets the agent's
+            // stack tools (its children) attach too. Fails harmlessly where Yama is absent.
+            libc::prctl(libc::PR_SET_PTRACER, libc::getppid() as libc::c_ulong, 0, 0, 0);
             Ok(())
         });
     }

@@ -5,6 +5,7 @@ mod output;
 mod query;
 mod resume;
 mod run;
+mod stacks;
 
 use crate::paths::{db_dir, DbPaths};
 use clap::{Parser, Subcommand};
@@ -70,6 +71,8 @@ pub enum Cmd {
     },
     /// A child run from a verified checkpoint of RUN (default: the newest one).
     Resume(resume::ResumeArgs),
+    /// Dump the stacks of a live run's ranks (all, or --rank R), identical ones grouped.
+    Stacks(stacks::StacksArgs),
 }
 
 /// Exit codes: 0 success, 1 failure (a run failed, a server error), 2 bad input.
@@ -127,6 +130,7 @@ async fn client_command(db: &DbPaths, cmd: Cmd) -> anyhow::Result<i32> {
         Cmd::Attach { run } => crate::ui::run(db, crate::ui::Start::Open(run)).await,
         Cmd::Ckpts { run, json, verify } => ckpts::ckpts(db, &run, json, verify).await,
         Cmd::Resume(args) => resume::resume(db, args).await,
+        Cmd::Stacks(args) => stacks::stacks(db, args).await,
         Cmd::Server { .. } | Cmd::Agent { .. } | Cmd::Worker | Cmd::Doctor => unreachable_command(),
     }
 }

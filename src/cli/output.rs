@@ -56,5 +56,16 @@ pub fn show_json(d: &RunDetail) -> Value {
         })).collect::<Vec<_>>(),
         "metrics": d.metrics,
         "summary": d.summary,
+        "verdicts": d.verdicts.iter().map(|v| json!({
+            "kind": v.verdict.kind.name(),
+            "summary": v.verdict.summary,
+            "culprits": v.verdict.culprits,
+            "collective": v.verdict.collective,
+            "waiting": v.verdict.waiting,
+            "since_ms": v.verdict.since_ms,
+            "detected_ms": v.verdict.detected_ms,
+            "duration_ms": v.verdict.duration_ms(),
+            "report_path": v.report_path,
+        })).collect::<Vec<_>>(),
     })
 }

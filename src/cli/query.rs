@@ -124,6 +124,15 @@ pub async fn show(db: &DbPaths, run: &str, json: bool) -> anyhow::Result<i32> {
         println!("  {y:04}-{mo:02}-{day:02} {h:02}:{mi:02}:{sec:02}  {}", e.text);
     }
     println!("\nmetrics  {}", d.metrics.join(", "));
+    if !d.verdicts.is_empty() {
+        println!("\nverdicts");
+        for v in &d.verdicts {
+            println!("  {}: {}", v.verdict.kind.name(), v.verdict.summary);
+            if let Some(p) = &v.report_path {
+                println!("    incident report: {p}");
+            }
+        }
+    }
     Ok(0)
 }
 

@@ -62,9 +62,19 @@ pub async fn run(db: &DbPaths, args: RunArgs) -> anyhow::Result<i32> {
         return crate::ui::run(db, crate::ui::Start::Open(run.0.clone())).await;
     }
     client.send(&Request::Follow { run: run.0.clone() }).await?;
+    // Verdicts already printed: each is said once when it appears, and again if it sharpens
+    // (stacks single out the culprit of a collective every rank entered).
+    let mut said: std::collections::BTreeSet<(&'static str, u64, String)> = Default::default();
     while let Some(reply) = client.next().await? {
         match reply {
-            Reply::Progress(p) => println!("{}", progress_line(&p)),
+            Reply::Progress(p) => {
+                println!("{}", progress_line(&p));
+                for v in &p.verdicts {
+                    if said.insert((v.kind.name(), v.detected_ms, v.summary.clone())) {
+                        println!("{}", verdict_line(&p.run, v));
+                    }
+                }
+            }
             Reply::Ended { run, status, reason } => {
                 println!("run {run} {}: {reason}", status.name());
                 return Ok(if status == RunStatus::Succeeded { 0 } else { EXIT_FAILURE });
@@ -88,4 +98,9 @@ pub fn progress_line(p: &Progress) -> String {
         p.world_size,
         p.status.name()
     )
+}
+
+/// `RUN verdict never-entered after 5.1 s: rank 1 (local, pid 4121) never entered ...`.
+pub fn verdict_line(run: &crate::ids::RunId, v: &crate::protocol::Verdict) -> String {
+    format!("{run} verdict {} after {:.1} s: {}", v.kind.name(), v.duration_ms() as f64 / 1e3, v.summary)
 }

@@ -27,4 +27,15 @@ pub trait Collective: Send {
     fn all_reduce_sum(&mut self, buf: &mut [f32]) -> Result<(), CollectiveError>;
     /// Blocks until every rank has entered.
     fn barrier(&mut self) -> Result<(), CollectiveError>;
+    /// Test-only fault injection (`fault.kind = "hang-in-collective"`): the next collective
+    /// stops mid-way. Backends without a data path of their own ignore it.
+    fn inject(&mut self, _fault: InjectedFault) {}
+}
+
+/// Faults a backend can play inside a collective, for the hang analysis' tests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InjectedFault {
+    /// Enter the next collective, send the first chunk, then stop sending forever (the thread
+    /// parks with its sockets open, as a rank whose GPU kernel never finishes would).
+    StallAfterFirstChunk,
 }

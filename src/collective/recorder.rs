@@ -123,6 +123,10 @@ impl<C: Collective> Collective for FlightRecorder<C> {
     fn barrier(&mut self) -> Result<(), CollectiveError> {
         self.record(CollectiveOp::Barrier, 0, |inner| inner.barrier())
     }
+
+    fn inject(&mut self, fault: super::InjectedFault) {
+        self.inner.inject(fault)
+    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 mod exchange;
 
 use super::rendezvous::StoreClient;
-use super::{Collective, CollectiveError};
+use super::{Collective, CollectiveError, InjectedFault};
 use crate::ids::Rank;
 use crate::protocol::message::CollectiveOp;
 use exchange::{Failure, Header};
@@ -32,6 +32,8 @@ pub struct Ring {
     links: Links,
     /// Reused by every collective, so the data path allocates once per ring, not per call.
     staging: Vec<f32>,
+    /// A fault the next collective plays (tests only).
+    fault: Option<InjectedFault>,
 }
 
 enum Links {
@@ -71,7 +73,7 @@ impl Ring {
             1 => Links::Alone,
             _ => link_up(store, rank.0, world_size, advertise_host, Instant::now() + timeout)?,
         };
-        Ok(Ring { rank, world_size, seq: 0, links, staging: Vec::new() })
+        Ok(Ring { rank, world_size, seq: 0, links, staging: Vec::new(), fault: None })
     }
 
     fn run(&mut self, op: CollectiveOp, buf: &mut [f32]) -> Result<(), CollectiveError> {
@@ -91,7 +93,9 @@ impl Ring {
         let header = Header { seq, op, elements: buf.len() as u64 };
         let rank = self.rank.0 as usize;
         let n = self.world_size as usize;
-        let result = exchange::all_reduce(&mut next.stream, &mut prev.stream, rank, n, header, buf, &mut self.staging);
+        let stall = self.fault.take() == Some(InjectedFault::StallAfterFirstChunk);
+        let result =
+            exchange::all_reduce(&mut next.stream, &mut prev.stream, rank, n, header, buf, &mut self.staging, stall);
         let Err(failure) = result else {
             return Ok(());
         };
@@ -126,6 +130,10 @@ impl Collective for Ring {
     fn barrier(&mut self) -> Result<(), CollectiveError> {
         // A rank cannot finish an all-reduce before every rank has contributed to it.
         self.run(CollectiveOp::Barrier, &mut [0.0])
+    }
+
+    fn inject(&mut self, fault: InjectedFault) {
+        self.fault = Some(fault);
     }
 }
 

@@ -311,6 +311,11 @@ pub enum AgentEvent {
         outcome: RunOutcome,
         reason: String,
     },
+    /// The answer to `AgentCommand::DumpStacks`: this node's ranks (or the one asked for).
+    StackDump {
+        request: u64,
+        stacks: Vec<super::verdict::RankStacks>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -332,6 +337,8 @@ pub enum AgentCommand {
     Stop,
     /// Immediate SIGKILL of every rank.
     Kill,
+    /// Read the stacks of every rank on the node (or of `rank`); answered by `StackDump`.
+    DumpStacks { request: u64, rank: Option<Rank> },
 }
 
 /// Client → server.
@@ -386,6 +393,11 @@ pub enum Request {
         step: Option<u64>,
         recipe_json: Option<String>,
         name: Option<String>,
+    },
+    /// Dump the stacks of a live run's ranks (all, or `rank`), grouped (`Reply::Stacks`).
+    Stacks {
+        run: String,
+        rank: Option<u32>,
     },
 }
 
@@ -446,6 +458,7 @@ pub enum Reply {
         /// Newer checkpoints passed over because they failed verification.
         skipped: Vec<crate::store::checkpoints::Skipped>,
     },
+    Stacks(Box<super::verdict::StackReport>),
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -458,6 +471,10 @@ pub struct Progress {
     pub step_time_ms_mean: Option<f64>,
     pub ranks_alive: u32,
     pub world_size: u32,
+    /// The analysis' verdicts that hold now (a hang until progress resumes, a straggler until
+    /// it keeps up), so a follower (the cockpit's banner and heatmap, `run --headless`) sees
+    /// them live. Every verdict is also stored as an event when first given.
+    pub verdicts: Vec<super::verdict::Verdict>,
 }
 
 /// What the store holds of one run, for a cockpit that opens it (`Request::Open`).

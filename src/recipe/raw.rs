@@ -20,6 +20,7 @@ pub(super) struct RawRecipe {
     pub telemetry: Option<RawTelemetry>,
     pub fault: Option<RawFault>,
     pub command: Option<RawCommand>,
+    pub analysis: Option<RawAnalysis>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -116,6 +117,16 @@ pub(super) struct RawCommand {
     pub argv: Option<Vec<String>>,
 }
 
+#[derive(Debug, Default, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAnalysis {
+    pub hang_floor_s: Option<f64>,
+    pub hang_k: Option<f64>,
+    pub straggler_margin_pct: Option<f64>,
+    pub straggler_window_steps: Option<i64>,
+}
+
 /// The TOML type a key holds. The schema check uses it to name expected types in messages;
 /// serde then only ever sees values of the right type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -194,6 +205,15 @@ pub(super) const TABLES: &[(&str, &[(&str, Ty)])] = &[
     ("telemetry", &[("step_interval", Ty::Int), ("sample_interval_ms", Ty::Int), ("enabled", Ty::Bool)]),
     ("fault", &[("kind", Ty::Str), ("rank", Ty::Int), ("step", Ty::Int), ("slow_pct", Ty::Float)]),
     ("command", &[("argv", Ty::StrList)]),
+    (
+        "analysis",
+        &[
+            ("hang_floor_s", Ty::Float),
+            ("hang_k", Ty::Float),
+            ("straggler_margin_pct", Ty::Float),
+            ("straggler_window_steps", Ty::Int),
+        ],
+    ),
 ];
 
 /// The keys of a table, if it is one the schema knows.

@@ -244,6 +244,28 @@ impl Check<'_> {
     }
 }
 
+impl Check<'_> {
+    pub(super) fn analysis(&self, raw: RawAnalysis) -> R<Analysis> {
+        let d = Analysis::default();
+        let floor = raw.hang_floor_s.unwrap_or(d.hang_floor_s);
+        let floor = self.float("analysis.hang_floor_s", floor, floor > 0.0, "a positive number of seconds, e.g. 5")?;
+        let k = raw.hang_k.unwrap_or(d.hang_k);
+        let k = self.float("analysis.hang_k", k, k >= 1.0, "at least 1 (times the median step time), e.g. 10")?;
+        let margin = raw.straggler_margin_pct.unwrap_or(d.straggler_margin_pct);
+        let valid = "a positive percentage (25 = a quarter slower than the median)";
+        let margin = self.float("analysis.straggler_margin_pct", margin, margin > 0.0, valid)?;
+        let key = "analysis.straggler_window_steps";
+        let window =
+            self.int_in(key, raw.straggler_window_steps.unwrap_or(d.straggler_window_steps as i64), 1, MAX_I64)?;
+        Ok(Analysis {
+            hang_floor_s: floor,
+            hang_k: k,
+            straggler_margin_pct: margin,
+            straggler_window_steps: window as u64,
+        })
+    }
+}
+
 /// Why a `cluster.hosts` entry cannot be an SSH destination (`[user@]host[:port]`), if it cannot.
 fn host_problem(host: &str) -> Option<String> {
     if host.is_empty() {

@@ -78,7 +78,21 @@ impl Check<'_> {
         let telemetry = self.telemetry(raw.telemetry.unwrap_or_default())?;
         let fault = self.fault(raw.fault.unwrap_or_default(), parallel.data, &train, trains)?;
         let command = self.command(raw.command, kind)?;
-        Ok(Recipe { name, kind, model, data, train, parallel, checkpoint, cluster, telemetry, fault, command })
+        let analysis = self.analysis(raw.analysis.unwrap_or_default())?;
+        Ok(Recipe {
+            name,
+            kind,
+            model,
+            data,
+            train,
+            parallel,
+            checkpoint,
+            cluster,
+            telemetry,
+            fault,
+            command,
+            analysis,
+        })
     }
 
     fn name(&self, name: Option<String>) -> R<String> {

@@ -68,6 +68,7 @@ async fn answer(shared: &Shared, req: Request) -> anyhow::Result<Reply> {
         }
         Request::Stop { run } => command(shared, &run, AgentCommand::Stop).await?,
         Request::Kill { run } => command(shared, &run, AgentCommand::Kill).await?,
+        Request::Stacks { run, rank } => stacks(shared, &run, rank).await?,
         Request::Follow { .. } | Request::Watch { .. } | Request::Open { .. } => {
             anyhow::bail!("streamed requests are not answered once")
         }
@@ -267,4 +268,28 @@ async fn checkpoints(shared: &Shared, query: &str, verify: bool) -> anyhow::Resu
     }
     let latest = disk::latest(&root);
     Ok(Reply::Checkpoints { run: id, dir: root.display().to_string(), latest, checkpoints: records })
+}
+
+/// How long a client waits for a live run's stacks: gdb on a large rank can take tens of
+/// seconds, and the agent gives each tool at most 30 s.
+const STACKS_WAIT: Duration = Duration::from_secs(45);
+
+/// Asks the run's agent for stacks (all ranks or one) and groups identical ones.
+async fn stacks(shared: &Shared, run: &str, rank: Option<u32>) -> anyhow::Result<Reply> {
+    let id = resolve(shared, run).await?;
+    let tx = lock(&shared.registry).get(&id).map(|l| l.stacks.clone());
+    let Some(tx) = tx else {
+        anyhow::bail!("run {id} is not live: stacks are read from running ranks (`flightdeck show {id}` has its incident reports)")
+    };
+    let (reply, answer) = tokio::sync::oneshot::channel();
+    tx.send(super::StackAsk { rank, reply }).await.map_err(|_| anyhow::anyhow!("run {id} ended meanwhile"))?;
+    let stacks = match tokio::time::timeout(STACKS_WAIT, answer).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(_)) => anyhow::bail!("run {id} ended (or its agent went away) before the stacks came back"),
+        Err(_) => anyhow::bail!("the agent of run {id} did not answer within {STACKS_WAIT:?}"),
+    };
+    if let (Some(r), true) = (rank, stacks.is_empty()) {
+        anyhow::bail!("rank {r} is not a live rank of run {id}; `flightdeck show {id}` lists its ranks");
+    }
+    Ok(Reply::Stacks(Box::new(super::link::group(id, &stacks))))
 }

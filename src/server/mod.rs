@@ -2,6 +2,7 @@
 //! agent links, and serves clients on `server.sock`. Started on demand by clients; exits by
 //! itself when no run is live and no client is connected.
 mod clients;
+mod incident;
 mod ingest;
 mod launch;
 mod link;
@@ -33,6 +34,14 @@ pub struct Live {
     pub view: watch::Receiver<RunView>,
     /// Each durable batch of frames, for watchers (the cockpit).
     pub frames: tokio::sync::broadcast::Sender<Arc<Vec<crate::protocol::AgentFrame>>>,
+    /// Stack dump requests, answered with the ranks' stacks as the agent sent them.
+    pub stacks: mpsc::Sender<StackAsk>,
+}
+
+/// A client's request for a live run's stacks (`rank` None = every rank).
+pub struct StackAsk {
+    pub rank: Option<u32>,
+    pub reply: tokio::sync::oneshot::Sender<Vec<crate::protocol::RankStacks>>,
 }
 
 /// Live runs by id. Each run's link task inserts and removes its own entry.

@@ -1,8 +1,12 @@
 //! Turns one run's agent frames into store batches and a live view of the run.
+use crate::analysis::{Analyzer, Config};
 use crate::ids::{unix_ms, RunId};
-use crate::protocol::{AgentEvent, AgentFrame, Progress, RankMsg, RunOutcome};
-use crate::store::{Batch, EventKind, EventRecord, Point, RankInfo, RunRecord, RunStatus};
+use crate::protocol::{AgentEvent, AgentFrame, Progress, RankMsg, RankStacks, RunOutcome, Verdict};
+use crate::store::{Batch, EventKind, EventRecord, Point, RankInfo, RunRecord, RunStatus, VerdictRecord};
 use std::collections::{BTreeMap, BTreeSet};
+
+/// Where a verdict is stored: (detected ms, index), so its record can be rewritten in place.
+pub type VerdictKey = (u64, u32);
 
 /// What the server knows of a live run; owned by that run's link task.
 pub struct Tracker {
@@ -11,11 +15,25 @@ pub struct Tracker {
     log_lines: BTreeMap<u32, u64>,
     nan_reported: BTreeSet<u32>,
     step_time_ms: BTreeMap<u32, f64>,
+    pub analyzer: Analyzer,
+    verdicts_given: u32,
+    /// Hang verdicts given since the link last looked (it writes their incident reports).
+    new_hangs: Vec<(VerdictKey, Verdict)>,
+    /// Stack dumps that arrived since the link last looked: (request, stacks).
+    stack_dumps: Vec<(u64, Vec<RankStacks>)>,
 }
 
 impl Tracker {
     pub fn new(record: RunRecord, known_ranks: Vec<RankInfo>) -> Tracker {
+        // The stored recipe was validated at launch; one that no longer parses (an older
+        // version's) gets the default thresholds rather than no analysis.
+        let analysis =
+            serde_json::from_str::<crate::recipe::Recipe>(&record.recipe_json).map(|r| r.analysis).unwrap_or_default();
         Tracker {
+            analyzer: Analyzer::new(Config::from_recipe(&analysis), record.world_size, unix_ms()),
+            verdicts_given: 0,
+            new_hangs: Vec::new(),
+            stack_dumps: Vec::new(),
             ranks: known_ranks.into_iter().map(|r| (r.rank, r)).collect(),
             record,
             log_lines: BTreeMap::new(),
@@ -70,8 +88,44 @@ impl Tracker {
         batch.events.push((self.run(), EventRecord { t_ms, kind, rank, text }));
     }
 
+    /// Stores verdicts (record and event) and queues the hangs for their incident reports.
+    pub fn give(&mut self, verdicts: Vec<Verdict>, batch: &mut Batch) {
+        for v in verdicts {
+            let key = (v.detected_ms, self.verdicts_given);
+            self.verdicts_given += 1;
+            let text = format!("{}: {}", v.kind.name(), v.summary);
+            self.event(batch, v.detected_ms, EventKind::Verdict, v.culprits.first().map(|c| c.rank), text);
+            let record = VerdictRecord { verdict: v.clone(), report_path: None, report_md: None };
+            batch.verdicts.push((self.run(), key, record));
+            if v.kind.is_hang() {
+                self.new_hangs.push((key, v));
+            }
+        }
+    }
+
+    /// Lets time-based verdicts (hangs, confirmed deaths, lost heartbeats) out.
+    pub fn tick(&mut self, now_ms: u64, batch: &mut Batch) {
+        let v = self.analyzer.tick(now_ms);
+        self.give(v, batch);
+    }
+
+    pub fn take_new_hangs(&mut self) -> Vec<(VerdictKey, Verdict)> {
+        std::mem::take(&mut self.new_hangs)
+    }
+
+    pub fn take_stack_dumps(&mut self) -> Vec<(u64, Vec<RankStacks>)> {
+        std::mem::take(&mut self.stack_dumps)
+    }
+
+    pub fn event_now(&self, batch: &mut Batch, kind: EventKind, rank: Option<u32>, text: String) {
+        self.event(batch, unix_ms(), kind, rank, text);
+    }
+
     fn apply_one(&mut self, f: &AgentFrame, batch: &mut Batch, touched: &mut BTreeSet<u32>) {
         let run = self.run();
+        let now = unix_ms();
+        let verdicts = self.analyzer.observe(now, &f.event);
+        self.give(verdicts, batch);
         match &f.event {
             AgentEvent::RankStarted { rank, local_rank, pid, host } => {
                 let info = self.rank(rank.0);
@@ -119,6 +173,7 @@ impl Tracker {
                 touched.insert(rank.0);
             }
             AgentEvent::GpuSample(_) | AgentEvent::Heartbeat => {}
+            AgentEvent::StackDump { request, stacks } => self.stack_dumps.push((*request, stacks.clone())),
             AgentEvent::Log { rank, line, .. } => {
                 let n = self.log_lines.entry(rank.0).or_insert(0);
                 *n += 1;
@@ -147,6 +202,9 @@ impl Tracker {
                 self.record.reason = reason.clone();
                 self.record.ended_ms = Some(f.t_ms);
                 let text = format!("run {}: {reason}", self.record.status.name());
+                // Deaths and mismatches seen just before the end are settled now, before it.
+                let verdicts = self.analyzer.finish(now);
+                self.give(verdicts, batch);
                 self.event(batch, f.t_ms, EventKind::RunEnded, None, text);
             }
         }
@@ -213,6 +271,7 @@ impl Tracker {
             step_time_ms_mean: mean(&times),
             ranks_alive: self.ranks.values().filter(|r| r.pid.is_some() && r.exit.is_none()).count() as u32,
             world_size: self.record.world_size,
+            verdicts: self.analyzer.active(),
         }
     }
 }

@@ -43,6 +43,8 @@ pub struct Batch {
     pub checkpoints: Vec<super::checkpoints::CheckpointRecord>,
     /// Checkpoints the worker pruned from disk (`keep`): their records go too.
     pub checkpoints_removed: Vec<(RunId, u64)>,
+    /// Keyed by (detected ms, index) so a later rewrite (the report gains stacks) replaces it.
+    pub verdicts: Vec<(RunId, (u64, u32), super::VerdictRecord)>,
 }
 
 impl Batch {
@@ -55,6 +57,7 @@ impl Batch {
             && self.logs.is_empty()
             && self.checkpoints.is_empty()
             && self.checkpoints_removed.is_empty()
+            && self.verdicts.is_empty()
     }
 }
 
@@ -70,6 +73,7 @@ pub struct Store {
     collectives: sled::Tree,
     logs: sled::Tree,
     pub(super) checkpoints: sled::Tree,
+    verdicts: sled::Tree,
 }
 
 /// The one writer: owned by the server's ingest thread, with the rollups it keeps open.
@@ -112,6 +116,7 @@ impl Store {
             collectives: db.open_tree("collectives")?,
             logs: db.open_tree("logs")?,
             checkpoints: db.open_tree("checkpoints")?,
+            verdicts: db.open_tree("verdicts")?,
             db,
         })
     }
@@ -191,6 +196,11 @@ impl Writer {
             ckpts.remove(super::checkpoints::key(run, *step));
         }
         self.store.checkpoints.apply_batch(ckpts)?;
+        let mut verdicts = sled::Batch::default();
+        for (run, (ms, n), v) in &batch.verdicts {
+            verdicts.insert(keys::event_key(run, *ms, u64::from(*n)), json(v));
+        }
+        self.store.verdicts.apply_batch(verdicts)?;
 
         self.store.db.flush()?;
         Ok(())
@@ -317,5 +327,16 @@ impl Store {
             .scan_prefix(keys::rank_key(run, rank))
             .map(|kv| Ok(String::from_utf8_lossy(&kv?.1).into_owned()))
             .collect()
+    }
+
+    /// Every verdict of a run, oldest first.
+    pub fn verdicts(&self, run: &RunId) -> Result<Vec<super::VerdictRecord>, StoreError> {
+        let mut out: Vec<super::VerdictRecord> = self
+            .verdicts
+            .scan_prefix(keys::run_prefix(run))
+            .map(|kv| parse("verdicts", &kv?.1))
+            .collect::<Result<_, _>>()?;
+        out.sort_by_key(|v| v.verdict.detected_ms);
+        Ok(out)
     }
 }

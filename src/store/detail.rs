@@ -13,6 +13,7 @@ impl Store {
             events: self.events(run)?,
             metrics: self.metric_names(run)?,
             summary: self.summary(run)?,
+            verdicts: self.verdicts(run)?,
             run: record,
         }))
     }

@@ -103,6 +103,10 @@ pub enum EventKind {
     NanLoss,
     CheckpointSaved,
     CheckpointFailed,
+    /// The analysis gave a verdict (hang or straggler); the `verdicts` tree has it in full.
+    Verdict,
+    /// An incident report was written; the text names its file.
+    Incident,
 }
 
 /// One row of the `events` tree.
@@ -123,6 +127,20 @@ pub struct RunDetail {
     /// Metric names with at least one point.
     pub metrics: Vec<String>,
     pub summary: Summary,
+    /// Every verdict the analysis gave, oldest first, with its incident report if it has one.
+    #[serde(default)]
+    pub verdicts: Vec<VerdictRecord>,
+}
+
+/// One row of the `verdicts` tree (key: run, detected ms, index): a verdict as given, or as
+/// sharpened later (stacks single out a culprit), and its incident report.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VerdictRecord {
+    pub verdict: crate::protocol::Verdict,
+    /// The markdown report's file (in the run's directory), for hangs.
+    pub report_path: Option<String>,
+    /// The report itself, so the history keeps it if the run directory is removed.
+    pub report_md: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

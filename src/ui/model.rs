@@ -286,7 +286,7 @@ impl RunModel {
                 let text = format!("bad frame dropped: {reason}");
                 self.push_event(f.t_ms, EventKind::BadFrame, rank.map(|r| r.0), text);
             }
-            AgentEvent::Heartbeat => {}
+            AgentEvent::Heartbeat | AgentEvent::StackDump { .. } => {}
             AgentEvent::RunEnded { outcome, reason } => {
                 self.record.status = match outcome {
                     RunOutcome::Succeeded => RunStatus::Succeeded,

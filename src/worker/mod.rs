@@ -120,6 +120,7 @@ pub(crate) mod testing {
             telemetry: Telemetry { step_interval: 1, sample_interval_ms: 1000, enabled: true },
             fault: Fault { kind: FaultKind::None, rank: 0, step: 0, slow_pct: 0.0 },
             command: None,
+            analysis: Analysis::default(),
         }
     }
 }

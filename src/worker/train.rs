@@ -8,8 +8,8 @@ use super::group::StepCollective;
 use super::model::{Gpt, Param};
 use super::optim::{clip_grad_norm, lr_at, zero_grad, AdamW};
 use super::telemetry::TelemetryTx;
-use crate::collective::CollectiveError;
-use crate::ids::Step;
+use crate::collective::{CollectiveError, InjectedFault};
+use crate::ids::{unix_ms, Step};
 use crate::protocol::message::{Phase, StepMetrics};
 use crate::recipe::{Device, Dtype, FaultKind, Kind, Recipe};
 use std::path::PathBuf;
@@ -73,18 +73,7 @@ pub fn check(recipe: &Recipe, world_size: u32) -> Result<(), TrainError> {
     if m.n_head == 0 || !m.d_model.is_multiple_of(m.n_head) {
         return refuse(format!("model.d_model = {} must be a multiple of model.n_head = {}", m.d_model, m.n_head));
     }
-    match recipe.fault.kind {
-        FaultKind::HangInCollective => refuse(not_yet("hang-in-collective")),
-        FaultKind::Mismatch => refuse(not_yet("mismatch")),
-        FaultKind::None | FaultKind::Crash | FaultKind::Slow | FaultKind::HangBeforeCollective => Ok(()),
-    }
-}
-
-fn not_yet(kind: &str) -> String {
-    format!(
-        "fault.kind = \"{kind}\" is not implemented yet \
-         (valid: none, crash, slow, hang-before-collective)"
-    )
+    Ok(())
 }
 
 /// Trains `recipe` as `group.rank()` of `group.world_size()`, from scratch and without
@@ -156,7 +145,7 @@ pub fn train_session(
             crash(rank, s, tele);
         }
         if faulty(FaultKind::HangBeforeCollective, s) {
-            hang(rank, s);
+            hang(rank, s, tele);
         }
         let batch = loader.next_batch();
         let shape = [batch.rows as i64, batch.cols as i64];
@@ -174,6 +163,13 @@ pub fn train_session(
         // Reads the loss back to the host: a synchronisation point on a GPU.
         let loss_value = loss.f_double_value(&[])?;
         if faulty(FaultKind::Slow, s) {
+            if s == fault.step {
+                eprintln!(
+                    "rank {rank}: fault injection: {}% slower from step {s} at unix ms {}",
+                    fault.slow_pct,
+                    unix_ms()
+                );
+            }
             // A slow device: its backward takes slow_pct % longer than this step's compute.
             let compute = t_fwd.duration_since(t_data) + t_fwd.elapsed();
             std::thread::sleep(compute.mul_f64(fault.slow_pct / 100.0));
@@ -184,7 +180,18 @@ pub fn train_session(
         let t_comm = if world > 1 {
             tele.phase(step, Phase::Comm);
             group.set_step(step);
-            comm.all_reduce_mean(model.params(), group).map_err(|e| match e {
+            // Only the first step at or after fault.step plays these (a stalled rank never
+            // comes back; a mismatch breaks the ring).
+            let first_faulty = s == fault.step && fault.rank == rank;
+            if first_faulty && fault.kind == FaultKind::HangInCollective {
+                eprintln!("rank {rank}: fault injection: stalling mid-ring in step {s} at unix ms {}", unix_ms());
+                group.inject(InjectedFault::StallAfterFirstChunk);
+            }
+            let shrink = first_faulty && fault.kind == FaultKind::Mismatch;
+            if shrink {
+                eprintln!("rank {rank}: fault injection: one element short in step {s} at unix ms {}", unix_ms());
+            }
+            comm.all_reduce_mean(model.params(), group, shrink).map_err(|e| match e {
                 CommError::Torch(t) => TrainError::Torch(t),
                 CommError::Collective(c) => TrainError::Collective { step: s, source: c },
             })?;
@@ -255,7 +262,14 @@ impl Buckets {
         Buckets { flat: vec![0.0; len], bucket_elems }
     }
 
-    fn all_reduce_mean(&mut self, params: &[Param], group: &mut dyn StepCollective) -> Result<(), CommError> {
+    /// `shrink` (fault injection) sends the first bucket one element short, so this rank's
+    /// collective differs in size from its peers' at the same sequence number.
+    fn all_reduce_mean(
+        &mut self,
+        params: &[Param],
+        group: &mut dyn StepCollective,
+        shrink: bool,
+    ) -> Result<(), CommError> {
         let torch = CommError::Torch;
         let mut off = 0;
         let mut grads = Vec::with_capacity(params.len());
@@ -270,8 +284,9 @@ impl Buckets {
             grads.push((g, off, n));
             off += n;
         }
-        for bucket in self.flat.chunks_mut(self.bucket_elems) {
-            group.all_reduce_sum(bucket).map_err(CommError::Collective)?;
+        for (i, bucket) in self.flat.chunks_mut(self.bucket_elems).enumerate() {
+            let len = if shrink && i == 0 { bucket.len().saturating_sub(1) } else { bucket.len() };
+            group.all_reduce_sum(&mut bucket[..len]).map_err(CommError::Collective)?;
         }
         let world = group.world_size() as f32;
         self.flat.iter_mut().for_each(|x| *x /= world);
@@ -290,7 +305,7 @@ impl Buckets {
 /// `fault.kind = "crash"`: dies by SIGKILL, as an OOM-killed or segfaulted rank would, after
 /// giving the telemetry a moment so the agent knows the step it died in.
 fn crash(rank: u32, step: u64, tele: &TelemetryTx) -> ! {
-    eprintln!("rank {rank}: fault injection: SIGKILL at step {step}");
+    eprintln!("rank {rank}: fault injection: SIGKILL at step {step} at unix ms {}", unix_ms());
     tele.flush(Duration::from_secs(1));
     // SAFETY: kill(2) on our own pid has no memory-safety preconditions.
     unsafe {
@@ -303,8 +318,9 @@ fn crash(rank: u32, step: u64, tele: &TelemetryTx) -> ! {
 
 /// `fault.kind = "hang-before-collective"`: stays in phase `data` forever, never entering the
 /// step's all-reduce, so its peers wait in it.
-fn hang(rank: u32, step: u64) -> ! {
-    eprintln!("rank {rank}: fault injection: hanging before the collective of step {step}");
+fn hang(rank: u32, step: u64, tele: &TelemetryTx) -> ! {
+    eprintln!("rank {rank}: fault injection: hanging before the collective of step {step} at unix ms {}", unix_ms());
+    tele.flush(Duration::from_secs(1));
     loop {
         std::thread::park();
     }

@@ -88,7 +88,9 @@ fn chunk(len: usize, n: usize, i: usize) -> Range<usize> {
     start..start + base + usize::from(i < extra)
 }
 
-/// Sums `buf` across the ring in place. `next` and `prev` must be non-blocking.
+/// Sums `buf` across the ring in place. `next` and `prev` must be non-blocking. `stall` (fault
+/// injection) stops this rank for good once its first chunk is sent.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn all_reduce(
     next: &mut TcpStream,
     prev: &mut TcpStream,
@@ -97,6 +99,7 @@ pub(super) fn all_reduce(
     header: Header,
     buf: &mut [f32],
     staging: &mut Vec<f32>,
+    stall: bool,
 ) -> Result<(), Failure> {
     let steps = 2 * (n - 1);
     let len = buf.len();
@@ -120,6 +123,12 @@ pub(super) fn all_reduce(
         }
         while header_got == HEADER_BYTES && recv_t < steps && recv_off == 4 * recv_chunk(recv_t).len() {
             (recv_t, recv_off) = (recv_t + 1, 0);
+        }
+        if stall && send_t >= 1 {
+            // Mid-ring, sockets open: the peers wait for bytes that never come.
+            loop {
+                std::thread::park();
+            }
         }
         let send_done = header_sent == HEADER_BYTES && send_t == steps;
         let recv_done = header_got == HEADER_BYTES && recv_t == steps;

@@ -34,6 +34,7 @@ fn style(kind: EventKind) -> Style {
             Style::new().fg(Color::Red)
         }
         EventKind::CheckpointSaved => Style::new().fg(Color::Green),
+        EventKind::Verdict | EventKind::Incident => Style::new().fg(Color::Magenta),
         EventKind::RunEnded => Style::new().fg(Color::Cyan),
         EventKind::Notice => Style::new().fg(Color::Yellow),
         EventKind::RunStarted | EventKind::RankStarted => Style::new(),

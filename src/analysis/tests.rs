@@ -1,0 +1,410 @@
+//! The classifier and the straggler rule on event sequences shaped like real runs' frames.
+use super::*;
+use crate::ids::{Rank, Step};
+use crate::protocol::{CollectiveOp, StackGroup, ThreadStack};
+
+const T0: u64 = 1_700_000_000_000;
+
+/// Plays ranks through steps the way the worker reports them, with a clock.
+struct Sim {
+    a: Analyzer,
+    now: u64,
+    world: u32,
+    seq: u64,
+    step: u64,
+    given: Vec<Verdict>,
+    /// The agent's heartbeat every second while the clock runs (off to test its loss).
+    beats: bool,
+}
+
+fn sim(world: u32) -> Sim {
+    let cfg = Config {
+        hang_floor_ms: 5000,
+        hang_k: 10.0,
+        straggler_margin_pct: 25.0,
+        straggler_window_steps: 5,
+        heartbeat_lost_ms: 10_000,
+    };
+    let mut s =
+        Sim { a: Analyzer::new(cfg, world, T0), now: T0, world, seq: 0, step: 0, given: Vec::new(), beats: true };
+    for r in 0..world {
+        s.ev(AgentEvent::RankStarted { rank: Rank(r), local_rank: r, pid: 100 + r, host: "local".into() });
+        s.phase(r, 0, Phase::Init);
+    }
+    s
+}
+
+fn record(seq: u64, step: u64, elements: u64, start_ms: u64, done_ms: Option<u64>) -> CollectiveRecord {
+    CollectiveRecord {
+        seq,
+        op: CollectiveOp::AllReduce,
+        dtype: "f32".into(),
+        elements,
+        bytes: elements * 4,
+        enqueue_us: start_ms * 1000,
+        start_us: Some(start_ms * 1000),
+        end_us: done_ms.map(|d| d * 1000),
+        state: if done_ms.is_some() { CollectiveState::Completed } else { CollectiveState::Started },
+        step: Step(step),
+    }
+}
+
+impl Sim {
+    fn ev(&mut self, e: AgentEvent) {
+        let v = self.a.observe(self.now, &e);
+        self.given.extend(v);
+    }
+    fn msg(&mut self, rank: u32, msg: RankMsg) {
+        self.ev(AgentEvent::Rank { rank: Rank(rank), msg });
+    }
+    fn phase(&mut self, rank: u32, step: u64, phase: Phase) {
+        self.msg(rank, RankMsg::Phase { step: Step(step), phase, t_ms: self.now });
+    }
+    fn started(&mut self, rank: u32, elements: u64) {
+        let rec = record(self.seq, self.step, elements, self.now, None);
+        self.msg(rank, RankMsg::Collective(rec));
+    }
+    /// Advances the clock to `to`, ticking every 100 ms as the server does.
+    fn wait_until(&mut self, to: u64) {
+        while self.now < to {
+            let before = self.now;
+            self.now = (self.now + 100).min(to);
+            if self.beats && before / 1000 != self.now / 1000 {
+                self.ev(AgentEvent::Heartbeat);
+            }
+            let v = self.a.tick(self.now);
+            self.given.extend(v);
+        }
+    }
+    /// One whole step; `compute(rank)` is its data+fwd+bwd time in ms.
+    fn step(&mut self, compute: impl Fn(u32) -> f64) {
+        self.step += 1;
+        self.seq += 1;
+        let (base, s) = (self.now, self.step);
+        let ms: Vec<u64> = (0..self.world).map(|r| compute(r) as u64).collect();
+        let done = base + ms.iter().max().copied().unwrap_or(0) + 2;
+        for r in 0..self.world {
+            self.now = base;
+            self.phase(r, s, Phase::Data);
+            self.phase(r, s, Phase::Fwd);
+            self.phase(r, s, Phase::Bwd);
+            self.now = base + ms[r as usize];
+            self.phase(r, s, Phase::Comm);
+            let rec = record(self.seq, s, 1000, self.now, None);
+            self.msg(r, RankMsg::Collective(rec));
+        }
+        self.now = done;
+        for r in 0..self.world {
+            let start = base + ms[r as usize];
+            self.msg(r, RankMsg::Collective(record(self.seq, s, 1000, start, Some(done))));
+            self.phase(r, s, Phase::Opt);
+            let c = ms[r as usize] as f64;
+            let m = StepMetrics {
+                step: Step(s),
+                loss: 2.0,
+                lr: 1e-3,
+                grad_norm: 1.0,
+                tokens: 1024,
+                step_time_ms: (done + 1 - base) as f64,
+                data_ms: 1.0,
+                fwd_ms: c / 3.0,
+                bwd_ms: c * 2.0 / 3.0 - 1.0,
+                comm_ms: (done - start) as f64,
+                opt_ms: 1.0,
+                mem_rss_bytes: 1 << 20,
+            };
+            self.msg(r, RankMsg::Step(m));
+        }
+        self.wait_until(done + 1);
+    }
+    fn steady(&mut self, n: usize) {
+        for i in 0..n {
+            // Deterministic jitter of ±10 %, as a busy machine gives.
+            self.step(|r| 40.0 + ((i as u32 * 7 + r * 13) % 9) as f64 - 4.0);
+        }
+    }
+    fn kinds(&self) -> Vec<VerdictKind> {
+        self.given.iter().map(|v| v.kind).collect()
+    }
+}
+
+#[test]
+fn a_clean_run_gets_no_verdict() {
+    let mut s = sim(4);
+    s.steady(60);
+    s.wait_until(s.now + 1000);
+    for r in 0..4 {
+        s.phase(r, 60, Phase::Done);
+        s.ev(AgentEvent::RankExited { rank: Rank(r), pid: 100 + r, status: ExitStatus::Code(0) });
+    }
+    s.wait_until(s.now + 60_000);
+    let end = s.a.finish(s.now);
+    assert!(s.given.is_empty() && end.is_empty(), "{:#?}", s.given);
+}
+
+#[test]
+fn a_rank_that_never_enters_is_named_with_its_phase_after_the_floor() {
+    let mut s = sim(2);
+    s.steady(10);
+    // Step 11: rank 0 enters the all-reduce; rank 1 stays in its data phase.
+    s.step += 1;
+    s.seq += 1;
+    let step = s.step;
+    s.phase(0, step, Phase::Data);
+    s.phase(1, step, Phase::Data);
+    s.phase(0, step, Phase::Comm);
+    s.started(0, 1000);
+    let since = s.now;
+    s.wait_until(since + 4900);
+    assert!(s.given.is_empty(), "too early: {:#?}", s.given);
+    s.wait_until(since + 5100);
+    assert_eq!(s.kinds(), [VerdictKind::NeverEntered]);
+    let v = &s.given[0];
+    let c = &v.culprits[..];
+    assert_eq!(c.len(), 1);
+    assert_eq!((c[0].rank, c[0].pid, c[0].host.as_str(), c[0].phase), (1, Some(101), "local", Some(Phase::Data)));
+    let coll = v.collective.as_ref().expect("the collective rank 0 waits in");
+    assert_eq!((coll.seq, coll.op, coll.bytes, coll.step), (11, CollectiveOp::AllReduce, 4000, Step(11)));
+    assert_eq!(v.waiting, [0]);
+    assert!((5000..=5100).contains(&v.duration_ms()), "{}", v.duration_ms());
+    assert!(v.summary.contains("rank 1 (local, pid 101) never entered all_reduce #11"), "{}", v.summary);
+    assert!(v.summary.contains("last phase data"), "{}", v.summary);
+    assert_eq!(s.a.active().len(), 1);
+    // Only once while it holds; progress clears it.
+    s.wait_until(s.now + 20_000);
+    assert_eq!(s.given.len(), 1);
+    s.phase(1, step, Phase::Fwd);
+    assert!(s.a.active().is_empty());
+}
+
+#[test]
+fn all_inside_one_collective_is_stuck_and_stacks_single_out_the_culprit() {
+    let mut s = sim(3);
+    s.steady(8);
+    s.step += 1;
+    s.seq += 1;
+    for r in 0..3 {
+        s.phase(r, 9, Phase::Comm);
+        s.started(r, 1000);
+    }
+    s.wait_until(s.now + 5100);
+    assert_eq!(s.kinds(), [VerdictKind::StuckInCollective]);
+    assert_eq!(s.given[0].culprits.iter().map(|c| c.rank).collect::<Vec<_>>(), [0, 1, 2]);
+    assert_eq!(s.given[0].collective.as_ref().map(|c| c.seq), Some(9));
+
+    let group = |ranks: Vec<u32>| StackGroup { ranks, threads: Vec::<ThreadStack>::new() };
+    // Two singletons single no one out.
+    assert!(classify::single_out(&s.given[0], &[group(vec![0]), group(vec![1])], s.a.ranks()).is_none());
+    let v = s.a.refine_with_stacks(&[group(vec![0, 2]), group(vec![1])]).expect("rank 1 stands apart");
+    assert_eq!(v.culprits.iter().map(|c| c.rank).collect::<Vec<_>>(), [1]);
+    assert_eq!(v.waiting, [0, 2]);
+    assert!(v.summary.contains("rank 1 (local, pid 101) stopped inside all_reduce #9"), "{}", v.summary);
+    assert_eq!(s.a.active()[0].culprits[0].rank, 1);
+}
+
+#[test]
+fn a_crashed_rank_is_dead_once_and_the_exits_it_causes_are_not() {
+    let mut s = sim(2);
+    s.steady(5);
+    s.phase(1, 6, Phase::Data);
+    s.ev(AgentEvent::RankExited { rank: Rank(1), pid: 101, status: ExitStatus::Signal(9) });
+    assert!(s.given.is_empty(), "confirmed after a moment, not at once");
+    s.wait_until(s.now + 1000);
+    assert_eq!(s.kinds(), [VerdictKind::Dead]);
+    let v = &s.given[0];
+    assert_eq!((v.culprits[0].rank, v.culprits[0].pid, v.culprits[0].phase), (1, Some(101), Some(Phase::Data)));
+    assert!(v.summary.contains("signal 9 (SIGKILL)") && v.summary.contains("all_reduce #5"), "{}", v.summary);
+    assert_eq!(v.waiting, [0]);
+    // The agent then terminates the peer.
+    s.ev(AgentEvent::RankExited { rank: Rank(0), pid: 100, status: ExitStatus::Signal(15) });
+    s.wait_until(s.now + 2000);
+    assert_eq!(s.a.finish(s.now), []);
+    assert_eq!(s.given.len(), 1);
+}
+
+#[test]
+fn a_death_right_before_the_run_ends_is_settled_by_finish() {
+    let mut s = sim(2);
+    s.steady(3);
+    s.ev(AgentEvent::RankExited { rank: Rank(1), pid: 101, status: ExitStatus::Signal(9) });
+    let v = s.a.finish(s.now);
+    assert_eq!(v.iter().map(|v| v.kind).collect::<Vec<_>>(), [VerdictKind::Dead]);
+}
+
+#[test]
+fn a_different_size_at_one_seq_is_a_mismatch_that_names_the_minority() {
+    let mut s = sim(3);
+    s.steady(4);
+    s.step += 1;
+    s.seq += 1;
+    s.started(0, 1000);
+    s.started(1, 999);
+    assert!(s.given.is_empty());
+    s.started(2, 1000);
+    s.wait_until(s.now + 100);
+    assert_eq!(s.kinds(), [VerdictKind::Mismatch]);
+    let v = &s.given[0];
+    assert_eq!(v.culprits.iter().map(|c| c.rank).collect::<Vec<_>>(), [1]);
+    assert_eq!(v.waiting, [0, 2]);
+    assert_eq!(v.collective.as_ref().map(|c| (c.seq, c.elements)), Some((5, 1000)));
+    assert!(v.summary.contains("999 elements (3.9 KiB)"), "{}", v.summary);
+    // The ring errors that follow end every rank; none of that is a death.
+    for r in 0..3 {
+        s.ev(AgentEvent::RankExited { rank: Rank(r), pid: 100 + r, status: ExitStatus::Code(1) });
+    }
+    s.wait_until(s.now + 3000);
+    assert_eq!(s.a.finish(s.now), []);
+    assert_eq!(s.given.len(), 1);
+}
+
+#[test]
+fn a_mismatch_wins_over_an_exit_that_arrives_before_the_other_records() {
+    let mut s = sim(2);
+    s.steady(2);
+    s.seq += 1;
+    s.step += 1;
+    s.started(1, 7);
+    s.ev(AgentEvent::RankExited { rank: Rank(1), pid: 101, status: ExitStatus::Code(1) });
+    s.started(0, 8);
+    s.ev(AgentEvent::RankExited { rank: Rank(0), pid: 100, status: ExitStatus::Code(1) });
+    let v = s.a.finish(s.now);
+    assert_eq!(v.iter().map(|v| v.kind).collect::<Vec<_>>(), [VerdictKind::Mismatch]);
+}
+
+#[test]
+fn checkpoints_and_the_first_step_get_slack() {
+    let mut s = sim(2);
+    // No step done yet: the first step (compilation, warm caches) may take long.
+    s.phase(0, 1, Phase::Data);
+    s.wait_until(T0 + 5000 * SLACK - 200);
+    assert!(s.given.is_empty(), "{:#?}", s.given);
+    s.wait_until(T0 + 5000 * SLACK + 200);
+    assert_eq!(s.kinds(), [VerdictKind::NeverEntered]);
+
+    let mut s = sim(2);
+    s.steady(10);
+    s.phase(0, 10, Phase::Ckpt);
+    s.phase(1, 10, Phase::Ckpt);
+    let since = s.now;
+    s.wait_until(since + 20_000);
+    assert!(s.given.is_empty(), "a long save is not a hang: {:#?}", s.given);
+    s.wait_until(since + 5000 * SLACK + 100);
+    assert_eq!(s.kinds(), [VerdictKind::NeverEntered]);
+}
+
+#[test]
+fn the_threshold_follows_k_times_the_median_step() {
+    let mut s = sim(2);
+    for _ in 0..10 {
+        s.step(|_| 900.0);
+    }
+    let p50 = s.a.p50_step_ms().unwrap();
+    assert!((900.0..1000.0).contains(&p50), "{p50}");
+    assert_eq!(s.a.hang_threshold_ms(), (p50 * 10.0) as u64);
+}
+
+#[test]
+fn silence_from_the_node_is_a_lost_heartbeat_and_a_frame_clears_it() {
+    let mut s = sim(2);
+    s.steady(3);
+    s.beats = false;
+    let since = s.now;
+    // Past the 5 s hang floor: a silent node says nothing about progress, so no hang verdict.
+    s.wait_until(since + 9_900);
+    assert!(s.given.is_empty(), "{:#?}", s.given);
+    s.wait_until(since + 10_100);
+    assert_eq!(s.kinds(), [VerdictKind::Dead]);
+    assert!(s.given[0].summary.contains("heartbeat of node local lost"), "{}", s.given[0].summary);
+    assert_eq!(s.given[0].culprits.len(), 2);
+    s.ev(AgentEvent::Heartbeat);
+    assert!(s.a.active().is_empty());
+}
+
+#[test]
+fn ranks_that_report_nothing_are_never_judged_by_progress() {
+    let cfg = Config::from_recipe(&crate::recipe::Analysis::default());
+    let mut a = Analyzer::new(cfg, 2, T0);
+    a.observe(T0, &AgentEvent::RankStarted { rank: Rank(0), local_rank: 0, pid: 1, host: "local".into() });
+    for t in (0..120).map(|i| T0 + i * 1000) {
+        a.observe(t, &AgentEvent::Heartbeat);
+        assert!(a.tick(t).is_empty());
+    }
+}
+
+#[test]
+fn a_stop_or_kill_makes_exits_expected() {
+    let mut s = sim(2);
+    s.steady(3);
+    s.a.ending();
+    s.ev(AgentEvent::RankExited { rank: Rank(0), pid: 100, status: ExitStatus::Signal(9) });
+    s.wait_until(s.now + 60_000);
+    assert!(s.given.is_empty() && s.a.finish(s.now).is_empty());
+}
+
+#[test]
+fn a_slow_rank_is_flagged_once_as_a_straggler_and_its_peers_are_not() {
+    let mut s = sim(3);
+    s.steady(5);
+    assert!(s.given.is_empty());
+    for _ in 0..20 {
+        s.step(|r| if r == 2 { 60.0 } else { 40.0 });
+    }
+    assert_eq!(s.kinds(), [VerdictKind::Straggler]);
+    let v = &s.given[0];
+    assert_eq!(v.culprits[0].rank, 2);
+    // Arrival at the first collective shows it first (it leads the step's metrics).
+    assert!(v.summary.contains("is a straggler") && v.summary.contains("arrives 20.0 ms late"), "{}", v.summary);
+    assert_eq!(s.a.active().len(), 1);
+    let lags = s.a.stragglers.lags(5, s.a.ranks(), 3);
+    assert_eq!((lags[&2].compute_ms, lags[&2].others_compute_ms), (60.0, 40.0));
+    assert_eq!((lags[&0].late_ms, lags[&2].late_ms), (Some(0.0), Some(20.0)));
+    // It catches up: the flag clears.
+    s.steady(10);
+    assert!(s.a.active().is_empty());
+}
+
+#[test]
+fn within_the_margin_is_not_a_straggler() {
+    let mut s = sim(2);
+    for _ in 0..30 {
+        s.step(|r| if r == 1 { 48.0 } else { 40.0 }); // +20 % < 25 %
+    }
+    assert!(s.given.is_empty(), "{:#?}", s.given);
+}
+
+#[test]
+fn slow_compute_that_still_arrives_on_time_is_not_a_straggler() {
+    use crate::protocol::CollectiveOp;
+    let cfg = Config::from_recipe(&crate::recipe::Analysis { straggler_window_steps: 5, ..Default::default() });
+    let mut ranks = BTreeMap::new();
+    for r in 0..2u32 {
+        ranks.insert(r, RankState { host: "local".into(), pid: Some(r), ..Default::default() });
+    }
+    let mut st = straggler::Stragglers::default();
+    for s in 1..=10u64 {
+        // Rank 1 computes twice as long yet enters the collective with rank 0 (it started early).
+        for (r, compute) in [(0u32, 15.0), (1, 30.0)] {
+            let m = StepMetrics {
+                step: Step(s),
+                loss: 2.0,
+                lr: 1e-3,
+                grad_norm: 1.0,
+                tokens: 1,
+                step_time_ms: 40.0,
+                data_ms: 0.0,
+                fwd_ms: compute / 2.0,
+                bwd_ms: compute / 2.0,
+                comm_ms: 1.0,
+                opt_ms: 1.0,
+                mem_rss_bytes: 0,
+            };
+            st.on_step(r, &m);
+            let mut rec = record(s, s, 10, s * 100, None);
+            rec.op = CollectiveOp::AllReduce;
+            st.on_collective(r, &rec);
+        }
+        assert!(st.evaluate(&cfg, &ranks, 2, T0).is_empty(), "step {s}");
+    }
+    let lags = st.lags(5, &ranks, 2);
+    assert_eq!((lags[&1].compute_ms, lags[&1].late_ms), (30.0, Some(0.0)));
+}
