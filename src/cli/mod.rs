@@ -57,6 +57,9 @@ pub enum Cmd {
     Worker,
     /// Reopen the cockpit's live panels of a run (id, unique prefix or name).
     Attach { run: String },
+    /// Internal: the cockpit's rendering benchmark on synthetic telemetry (docs/benchmarks.md).
+    #[command(hide = true)]
+    BenchUi(crate::ui::bench::BenchArgs),
 }
 
 /// Exit codes: 0 success, 1 failure (a run failed, a server error), 2 bad input.
@@ -112,6 +115,7 @@ async fn client_command(db: &DbPaths, cmd: Cmd) -> anyhow::Result<i32> {
         Cmd::Stop { run } => query::stop_or_kill(db, &run, false).await,
         Cmd::Kill { run } => query::stop_or_kill(db, &run, true).await,
         Cmd::Attach { run } => crate::ui::run(db, crate::ui::Start::Open(run)).await,
+        Cmd::BenchUi(args) => crate::ui::bench::run(args).await,
         Cmd::Server { .. } | Cmd::Agent { .. } | Cmd::Worker | Cmd::Doctor => unreachable_command(),
     }
 }

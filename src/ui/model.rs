@@ -147,11 +147,12 @@ impl RunModel {
     fn add_point(&mut self, metric: &str, rank: u32, a: Agg) {
         let world = self.ranks.len().max(rank as usize + 1);
         let keep_per_rank = PER_RANK_METRICS.contains(&metric);
-        let ms = self.metrics.entry(metric.to_string()).or_insert_with(|| MetricSeries {
-            cross: Series::new(CROSS_CAP),
-            per_rank: Vec::new(),
-            last_step: Vec::new(),
-        });
+        // get_mut first: the common case allocates no key.
+        if !self.metrics.contains_key(metric) {
+            let fresh = MetricSeries { cross: Series::new(CROSS_CAP), per_rank: Vec::new(), last_step: Vec::new() };
+            self.metrics.insert(metric.to_string(), fresh);
+        }
+        let Some(ms) = self.metrics.get_mut(metric) else { return };
         if ms.last_step.len() < world {
             ms.last_step.resize(world, 0);
         }
