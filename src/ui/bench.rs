@@ -121,10 +121,10 @@ fn node_frames(node: u32, per_node: u32, step: u64, seq: &mut u64, t_ms: u64, st
             };
             push(AgentEvent::Rank { rank, msg: RankMsg::Collective(rec) });
         }
-        if step % steps_per_s.max(1.0) as u64 == 0 {
+        if step.is_multiple_of(steps_per_s.max(1.0) as u64) {
             push(AgentEvent::ProcSample { rank, cpu_pct: 98.0, rss_bytes: 3 << 30 });
         }
-        if step % 10 == 0 {
+        if step.is_multiple_of(10) {
             let line = format!("rank {} step {step} loss {loss:.4} step {step_time_ms:.1} ms", rank.0);
             push(AgentEvent::Log { rank, stream: Stream::Stdout, line });
         }

@@ -8,8 +8,9 @@ use std::collections::{BTreeMap, VecDeque};
 
 /// Entries per cross-rank series (the mean / min–max band): a few per terminal column.
 const CROSS_CAP: usize = 2048;
-/// Entries per rank and metric: enough for per-rank lines and the heatmap at full width.
-const PER_RANK_CAP: usize = 256;
+/// Entries per rank and metric: two or more per heatmap column at 160 columns; the heatmap reads
+/// every rank each frame, so this bounds its cost (1,024 ranks × 128).
+const PER_RANK_CAP: usize = 128;
 /// Metrics kept per rank (the others only as the cross-rank aggregate, to bound memory).
 const PER_RANK_METRICS: [&str; 2] = ["loss", "step_time_ms"];
 /// Collective sequence numbers kept for the collectives panel.
