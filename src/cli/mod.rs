@@ -73,6 +73,9 @@ pub enum Cmd {
     Resume(resume::ResumeArgs),
     /// Dump the stacks of a live run's ranks (all, or --rank R), identical ones grouped.
     Stacks(stacks::StacksArgs),
+    /// Internal: the cockpit's rendering benchmark on synthetic telemetry (docs/benchmarks.md).
+    #[command(hide = true)]
+    BenchUi(crate::ui::bench::BenchArgs),
 }
 
 /// Exit codes: 0 success, 1 failure (a run failed, a server error), 2 bad input.
@@ -131,6 +134,7 @@ async fn client_command(db: &DbPaths, cmd: Cmd) -> anyhow::Result<i32> {
         Cmd::Ckpts { run, json, verify } => ckpts::ckpts(db, &run, json, verify).await,
         Cmd::Resume(args) => resume::resume(db, args).await,
         Cmd::Stacks(args) => stacks::stacks(db, args).await,
+        Cmd::BenchUi(args) => crate::ui::bench::run(args).await,
         Cmd::Server { .. } | Cmd::Agent { .. } | Cmd::Worker | Cmd::Doctor => unreachable_command(),
     }
 }

@@ -3,6 +3,7 @@
 //! send events; redraws only when something changed, at most 30 per second.
 pub mod action;
 pub mod app;
+pub mod bench;
 pub mod config;
 pub mod effects;
 pub mod fmt;
@@ -31,7 +32,7 @@ const FRAME: Duration = Duration::from_millis(33);
 /// Server data waiting for the UI task. Bounded so a flood makes the stream wait (and the
 /// server's watcher lag, which reloads) instead of growing memory; 256 batches is seconds of a
 /// large run.
-const DATA_QUEUE: usize = 256;
+pub const DATA_QUEUE: usize = 256;
 
 /// Loads the keymap and layouts (built in, then the user's), failing with a message that names
 /// the file, the place and what is valid.

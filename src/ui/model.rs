@@ -8,8 +8,9 @@ use std::collections::{BTreeMap, VecDeque};
 
 /// Entries per cross-rank series (the mean / min–max band): a few per terminal column.
 const CROSS_CAP: usize = 2048;
-/// Entries per rank and metric: enough for per-rank lines and the heatmap at full width.
-const PER_RANK_CAP: usize = 256;
+/// Entries per rank and metric: two or more per heatmap column at 160 columns; the heatmap reads
+/// every rank each frame, so this bounds its cost (1,024 ranks × 128).
+const PER_RANK_CAP: usize = 128;
 /// Metrics kept per rank (the others only as the cross-rank aggregate, to bound memory).
 const PER_RANK_METRICS: [&str; 2] = ["loss", "step_time_ms"];
 /// Collective sequence numbers kept for the collectives panel.
@@ -147,11 +148,12 @@ impl RunModel {
     fn add_point(&mut self, metric: &str, rank: u32, a: Agg) {
         let world = self.ranks.len().max(rank as usize + 1);
         let keep_per_rank = PER_RANK_METRICS.contains(&metric);
-        let ms = self.metrics.entry(metric.to_string()).or_insert_with(|| MetricSeries {
-            cross: Series::new(CROSS_CAP),
-            per_rank: Vec::new(),
-            last_step: Vec::new(),
-        });
+        // get_mut first: the common case allocates no key.
+        if !self.metrics.contains_key(metric) {
+            let fresh = MetricSeries { cross: Series::new(CROSS_CAP), per_rank: Vec::new(), last_step: Vec::new() };
+            self.metrics.insert(metric.to_string(), fresh);
+        }
+        let Some(ms) = self.metrics.get_mut(metric) else { return };
         if ms.last_step.len() < world {
             ms.last_step.resize(world, 0);
         }
