@@ -262,8 +262,8 @@ async fn checkpoints(shared: &Shared, query: &str, verify: bool) -> anyhow::Resu
         // Only checkpoints the store already indexes: a save still being written shows as
         // torn right now, and its own record arrives when it commits.
         let known = shared.store.checkpoints(&id)?;
-        let mut batch = crate::store::Batch::default();
-        batch.checkpoints = records.iter().filter(|r| known.iter().any(|k| k.step == r.step)).cloned().collect();
+        let checkpoints = records.iter().filter(|r| known.iter().any(|k| k.step == r.step)).cloned().collect();
+        let batch = crate::store::Batch { checkpoints, ..Default::default() };
         shared.ingest.write(batch).await.map_err(anyhow::Error::msg)?;
     }
     let latest = disk::latest(&root);

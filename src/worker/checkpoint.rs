@@ -157,10 +157,12 @@ impl<'a> Checkpointer<'a> {
         };
         // A previous save still writing holds this step: that wait is part of the blocking time.
         writer.wait_idle();
+        let (model_buf, optim_buf) = writer.take_spare();
         let torch = |source| CkptError::Torch { step, source };
         let n = model.num_params();
-        let model_buf = tensors::copy_all(model.params().iter().map(|p| &p.tensor), n).map_err(torch)?;
-        let optim_buf = tensors::copy_all(opt.exp_avg.iter().chain(&opt.exp_avg_sq), 2 * n).map_err(torch)?;
+        let model_buf = tensors::copy_all(model.params().iter().map(|p| &p.tensor), n, model_buf).map_err(torch)?;
+        let optim_buf =
+            tensors::copy_all(opt.exp_avg.iter().chain(&opt.exp_avg_sq), 2 * n, optim_buf).map_err(torch)?;
         let losses: Vec<f64> =
             all.iter().map(|b| serde_json::from_slice::<RankState>(b).map(|s| s.loss).unwrap_or(f64::NAN)).collect();
         let state = State {
@@ -187,6 +189,13 @@ impl<'a> Checkpointer<'a> {
         let blocking_ms = t0.elapsed().as_secs_f64() * 1e3;
         let job = Job { info, model: model_buf, optim: optim_buf, small, blocking_ms };
         writer.submit(job).map_err(|reason| CkptError::Save { step, reason })
+    }
+
+    /// Waits until no save is in flight (the benchmark times writes with it).
+    pub fn flush(&self) {
+        if let Some(w) = &self.writer {
+            w.wait_idle();
+        }
     }
 
     /// Waits for the last save; an error if it failed.

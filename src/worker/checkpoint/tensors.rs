@@ -4,9 +4,14 @@ use crate::store::checkpoints::disk::TensorEntry;
 use crate::worker::model::Param;
 use tch::{Kind, TchError, Tensor};
 
-/// Every tensor's values, concatenated in order (each must be contiguous fp32).
-pub fn copy_all<'a>(tensors: impl Iterator<Item = &'a Tensor>, total: usize) -> Result<Vec<f32>, TchError> {
-    let mut out = vec![0f32; total];
+/// Every tensor's values, concatenated in order into `out` (each must be contiguous fp32). `out`
+/// is reused when it already has the size: its pages are touched, so the copy is a memcpy.
+pub fn copy_all<'a>(
+    tensors: impl Iterator<Item = &'a Tensor>,
+    total: usize,
+    mut out: Vec<f32>,
+) -> Result<Vec<f32>, TchError> {
+    out.resize(total, 0.0);
     let mut off = 0;
     for t in tensors {
         let n = t.numel();
