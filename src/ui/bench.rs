@@ -49,6 +49,7 @@ fn snapshot(ranks: u32, now_ms: u64) -> RunSnapshot {
         step: 0,
         last_loss: None,
         parent: None,
+        resumed_from: None,
         agent_sockets: Vec::new(),
         acked_seq: vec![0],
     };
@@ -69,6 +70,7 @@ fn snapshot(ranks: u32, now_ms: u64) -> RunSnapshot {
         events: Vec::new(),
         metrics: Vec::new(),
         summary: Summary::default(),
+        verdicts: Vec::new(),
     };
     RunSnapshot { detail, series: Vec::new(), collectives: Vec::new(), logs: Vec::new() }
 }
