@@ -1,5 +1,6 @@
 //! The command line (DESIGN §3): parses arguments and dispatches to each subcommand.
 mod doctor;
+mod doctor_gpu;
 mod output;
 mod query;
 mod run;

@@ -113,7 +113,8 @@ impl Tracker {
                 info.rss_bytes = Some(*rss_bytes);
                 touched.insert(rank.0);
             }
-            AgentEvent::GpuSample(_) | AgentEvent::Heartbeat => {}
+            AgentEvent::GpuSample(sample) => self.gpu_sample(sample, batch),
+            AgentEvent::Heartbeat => {}
             AgentEvent::Log { rank, line, .. } => {
                 let n = self.log_lines.entry(rank.0).or_insert(0);
                 *n += 1;
@@ -131,6 +132,10 @@ impl Tracker {
             AgentEvent::BadFrame { rank, reason } => {
                 let text = format!("bad frame dropped: {reason}");
                 self.event(batch, f.t_ms, EventKind::BadFrame, rank.map(|r| r.0), text)
+            }
+            AgentEvent::GpuXid { .. } | AgentEvent::GpuEcc { .. } | AgentEvent::GpuThrottle { .. } => {
+                let text = gpu_event_text(&f.event);
+                self.event(batch, f.t_ms, EventKind::Notice, None, text)
             }
             AgentEvent::RunEnded { outcome, reason } => {
                 self.record.status = match outcome {
@@ -170,5 +175,55 @@ impl Tracker {
             ranks_alive: self.ranks.values().filter(|r| r.pid.is_some() && r.exit.is_none()).count() as u32,
             world_size: self.record.world_size,
         }
+    }
+}
+
+impl Tracker {
+    /// A GPU sample becomes series points of each rank using that GPU, at the rank's current
+    /// step (`gpu_*` metrics; several samples in one step keep the last), so GPU history
+    /// charts on the same step axis as the loss.
+    fn gpu_sample(&mut self, s: &crate::protocol::GpuSample, batch: &mut Batch) {
+        let run = self.run();
+        for p in &s.processes {
+            let Some(rank) = p.rank else { continue };
+            let step = self.ranks.get(&rank.0).map_or(0, |r| r.step);
+            let mut put = |name: &'static str, value: f64| {
+                batch.points.push((run.clone(), name, Point { step, rank: rank.0, value }));
+            };
+            put("gpu_util_pct", s.util_pct);
+            put("gpu_mem_used_bytes", s.mem_used_bytes as f64);
+            put("gpu_power_w", s.power_w);
+            put("gpu_temp_c", s.temp_c);
+            let optional = [
+                ("gpu_sm_active_pct", s.sm_active_pct),
+                ("gpu_tensor_active_pct", s.tensor_active_pct),
+                ("gpu_sm_clock_mhz", s.sm_clock_mhz.map(f64::from)),
+                ("gpu_proc_mem_bytes", p.mem_used_bytes.map(|b| b as f64)),
+                ("gpu_nvlink_rx_bytes_per_s", s.nvlink_rx_bytes_per_s.map(|b| b as f64)),
+                ("gpu_nvlink_tx_bytes_per_s", s.nvlink_tx_bytes_per_s.map(|b| b as f64)),
+            ];
+            for (name, value) in optional {
+                if let Some(v) = value {
+                    put(name, v);
+                }
+            }
+        }
+    }
+}
+
+/// The event text of a GPU event, for the run's event list.
+fn gpu_event_text(e: &AgentEvent) -> String {
+    match e {
+        AgentEvent::GpuXid { index, xid } => format!("GPU {index}: XID {xid} (see NVIDIA's XID catalogue)"),
+        AgentEvent::GpuEcc { index, uncorrected: true } => format!("GPU {index}: uncorrected ECC error"),
+        AgentEvent::GpuEcc { index, uncorrected: false } => format!("GPU {index}: corrected ECC error"),
+        AgentEvent::GpuThrottle { index, reasons } if reasons.is_empty() => {
+            format!("GPU {index}: clocks no longer held down")
+        }
+        AgentEvent::GpuThrottle { index, reasons } => {
+            let names: Vec<&str> = reasons.iter().map(|r| crate::agent::nvml_decode::reason_name(*r)).collect();
+            format!("GPU {index}: clocks held down by {}", names.join(", "))
+        }
+        _ => String::new(),
     }
 }

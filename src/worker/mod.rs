@@ -5,11 +5,13 @@
 //! the GPT; `optim` is AdamW and its schedule; `train` is the loop; `telemetry` streams to the
 //! node agent.
 pub mod arith;
+pub mod cuda;
 pub mod data;
 pub mod env;
 pub mod group;
 pub mod model;
 pub mod optim;
+pub mod synthetic_tokens;
 pub mod telemetry;
 pub mod train;
 
@@ -35,12 +37,22 @@ pub fn main_from_env() -> anyhow::Result<()> {
     tch::set_num_threads(env.torch_threads(cores));
 
     let recipe = load_recipe(&env.recipe_path)?;
+    if recipe.cluster.device == crate::recipe::Device::Cuda {
+        // Before any CUDA use: loads libtorch_cuda and picks GPU LOCAL_RANK.
+        cuda::init(env.local_rank).with_context(|| format!("rank {}", env.rank))?;
+    }
     train::check(&recipe, env.world_size).with_context(|| format!("rank {}", env.rank))?;
     let telemetry = Telemetry::connect(env.telemetry.as_deref(), &env.node, Rank(env.rank), &recipe.telemetry);
     telemetry.tx().phase(Step(0), Phase::Init);
 
     let result = group::connect(&env, &recipe, telemetry.tx()).map_err(anyhow::Error::from).and_then(|mut group| {
-        train::train(&recipe, group.as_mut(), telemetry.tx(), &mut |_| {}).with_context(|| format!("rank {}", env.rank))
+        let mut throughput = cuda::Throughput::new();
+        let outcome = train::train(&recipe, group.as_mut(), telemetry.tx(), &mut |m| throughput.add(m))
+            .with_context(|| format!("rank {}", env.rank))?;
+        let peak = std::env::var("FLIGHTDECK_PEAK_TFLOPS").ok().and_then(|v| v.parse().ok());
+        let gpu = cuda::device_name(cuda::device());
+        println!("{}", throughput.line(env.rank, &recipe.model, &gpu, peak));
+        Ok(outcome)
     });
     let report = telemetry.finish(result.as_ref().ok().map(|o| (o.steps, o.final_loss)));
     if env.telemetry.is_some() {
