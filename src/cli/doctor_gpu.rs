@@ -38,6 +38,8 @@ pub fn checks() -> Vec<Line> {
     };
     if nccl_ok && gpus > 0 {
         out.push(nccl_self_test());
+    } else {
+        out.push(("nccl-test", false, "skipped: needs NCCL and a CUDA GPU".into()));
     }
     out
 }

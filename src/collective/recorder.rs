@@ -240,4 +240,45 @@ mod tests {
         assert_eq!(none_kept.records().count(), 0);
         assert_eq!(seen.lock().unwrap().len(), 2);
     }
+
+    /// A GPU backend: work queued on a stream, with the device's own start and end times.
+    struct DeviceTimed;
+
+    impl Collective for DeviceTimed {
+        fn rank(&self) -> Rank {
+            Rank(0)
+        }
+        fn world_size(&self) -> u32 {
+            2
+        }
+        fn all_reduce_sum(&mut self, _buf: &mut [f32]) -> Result<(), CollectiveError> {
+            Ok(())
+        }
+        fn barrier(&mut self) -> Result<(), CollectiveError> {
+            Ok(())
+        }
+        fn all_reduce_sum_device(&mut self, _buf: DeviceBuf) -> Result<(), CollectiveError> {
+            Ok(())
+        }
+        fn last_device_span_us(&self) -> Option<(u64, u64)> {
+            // Far in the future, so the recorder's clamping to the enqueue time cannot hide it.
+            Some((u64::MAX - 500, u64::MAX - 100))
+        }
+    }
+
+    #[test]
+    fn device_collectives_record_dtype_bytes_and_the_device_span() {
+        let (seen, sink) = sink();
+        let mut rec = FlightRecorder::new(DeviceTimed, 4, sink);
+        rec.all_reduce_sum_device(DeviceBuf { ptr: 0x1000, elements: 10, dtype: DeviceDtype::Bf16 }).unwrap();
+        let done = seen.lock().unwrap()[1].clone();
+        assert_eq!((done.dtype.as_str(), done.elements, done.bytes), ("bf16", 10, 20));
+        assert_eq!((done.start_us, done.end_us), (Some(u64::MAX - 500), Some(u64::MAX - 100)));
+        assert_eq!(done.state, CollectiveState::Completed);
+        let buf = DeviceBuf { ptr: 0, elements: 1, dtype: DeviceDtype::F32 };
+        assert!(Solo.all_reduce_sum_device(buf).is_ok(), "one rank: the identity");
+        // A host-only backend refuses GPU memory with a clear error.
+        let err = Scripted { calls: 0, fail_on_call: 0 }.all_reduce_sum_device(buf).unwrap_err().to_string();
+        assert_eq!(err, "all_reduce of GPU memory is not supported by the ring backend");
+    }
 }
