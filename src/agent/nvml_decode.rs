@@ -144,7 +144,7 @@ pub fn throttle_change(prev: Option<&GpuSample>, cur: &GpuSample) -> Option<Agen
     let alarming = |s: &GpuSample| s.throttle.iter().copied().filter(|r| is_alarming(*r)).collect::<Vec<_>>();
     let now = alarming(cur);
     let before = prev.map(alarming).unwrap_or_default();
-    (now != before).then(|| AgentEvent::GpuThrottle { index: cur.index, reasons: now })
+    (now != before).then_some(AgentEvent::GpuThrottle { index: cur.index, reasons: now })
 }
 
 pub fn decode_event(raw: &RawGpuEvent) -> AgentEvent {

@@ -128,8 +128,8 @@ fn json_form_names_fields_with_units_and_round_trips() {
     let back: GpuSample = serde_json::from_value(v).unwrap();
     assert_eq!(back, s);
     // The agent → server wire form (bincode) carries every field too.
-    let bytes = bincode::serialize(&AgentEvent::GpuSample(s.clone())).unwrap();
-    assert_eq!(bincode::deserialize::<AgentEvent>(&bytes).unwrap(), AgentEvent::GpuSample(s));
+    let bytes = bincode::serialize(&AgentEvent::GpuSample(Box::new(s.clone()))).unwrap();
+    assert_eq!(bincode::deserialize::<AgentEvent>(&bytes).unwrap(), AgentEvent::GpuSample(Box::new(s)));
     // A JSON sample with only the old fields still reads (new fields default to unknown).
     let old: GpuSample = serde_json::from_str(r#"{"index":2,"name":"x","util_pct":5.0}"#).unwrap();
     assert_eq!((old.index, old.sm_active_pct, old.processes.len()), (2, None, 0));

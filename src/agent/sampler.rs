@@ -125,7 +125,7 @@ impl<'n> GpuState<'n> {
         for (i, raw) in self.reader.read(unix_us()).into_iter().enumerate() {
             let sample = decode(self.prev_raw[i].as_ref(), &raw, ranks);
             out.extend(throttle_change(self.prev[i].as_ref(), &sample));
-            out.push(AgentEvent::GpuSample(sample.clone()));
+            out.push(AgentEvent::GpuSample(Box::new(sample.clone())));
             self.prev_raw[i] = Some(raw);
             self.prev[i] = Some(sample);
         }

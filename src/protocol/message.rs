@@ -304,7 +304,8 @@ pub enum AgentEvent {
         cpu_pct: f64,
         rss_bytes: u64,
     },
-    GpuSample(GpuSample),
+    /// Boxed: a sample is ten times the size of any other event.
+    GpuSample(Box<GpuSample>),
     Log {
         rank: Rank,
         stream: Stream,

@@ -227,3 +227,74 @@ fn gpu_event_text(e: &AgentEvent) -> String {
         _ => String::new(),
     }
 }
+
+#[cfg(test)]
+mod gpu_tests {
+    use super::*;
+    use crate::ids::{Rank, Step};
+    use crate::protocol::{GpuProcess, GpuSample, StepMetrics, ThrottleReason};
+
+    fn record() -> RunRecord {
+        RunRecord {
+            id: RunId::new_now(),
+            name: "g".into(),
+            recipe_name: "g".into(),
+            recipe_path: "g.toml".into(),
+            recipe_json: "{}".into(),
+            status: RunStatus::Running,
+            reason: String::new(),
+            created_ms: 0,
+            ended_ms: None,
+            hosts: vec!["local".into()],
+            world_size: 2,
+            steps_planned: 10,
+            step: 0,
+            last_loss: None,
+            parent: None,
+            agent_sockets: vec![],
+            acked_seq: vec![0],
+        }
+    }
+
+    fn frame(seq: u64, event: AgentEvent) -> AgentFrame {
+        AgentFrame { seq, t_ms: seq, event }
+    }
+
+    #[test]
+    fn gpu_samples_become_series_of_the_ranks_on_the_gpu_and_events_notices() {
+        let mut t = Tracker::new(record(), vec![]);
+        let step = StepMetrics { step: Step(7), loss: 1.0, ..Default::default() };
+        let sample = GpuSample {
+            index: 0,
+            util_pct: 97.0,
+            sm_active_pct: Some(81.0),
+            processes: vec![
+                GpuProcess { pid: 41, rank: Some(Rank(1)), mem_used_bytes: Some(1 << 30) },
+                GpuProcess { pid: 99, rank: None, mem_used_bytes: Some(5) },
+            ],
+            ..Default::default()
+        };
+        let frames = [
+            frame(1, AgentEvent::Rank { rank: Rank(1), msg: RankMsg::Step(step) }),
+            frame(2, AgentEvent::GpuSample(Box::new(sample))),
+            frame(3, AgentEvent::GpuXid { index: 0, xid: 79 }),
+            frame(4, AgentEvent::GpuThrottle { index: 0, reasons: vec![ThrottleReason::HwThermal] }),
+        ];
+        let mut batch = Batch::default();
+        t.apply(0, &frames, &mut batch);
+        let gpu: Vec<(&str, u64, u32, f64)> = batch
+            .points
+            .iter()
+            .filter(|(_, name, _)| name.starts_with("gpu_"))
+            .map(|(_, name, p)| (*name, p.step, p.rank, p.value))
+            .collect();
+        // Only rank 1's process is ours; its points sit at rank 1's step.
+        assert!(gpu.contains(&("gpu_util_pct", 7, 1, 97.0)), "{gpu:?}");
+        assert!(gpu.contains(&("gpu_sm_active_pct", 7, 1, 81.0)), "{gpu:?}");
+        assert!(gpu.contains(&("gpu_proc_mem_bytes", 7, 1, f64::from(1u32 << 30))), "{gpu:?}");
+        assert!(gpu.iter().all(|(_, _, rank, _)| *rank == 1));
+        assert!(!gpu.iter().any(|(name, ..)| *name == "gpu_nvlink_rx_bytes_per_s"), "unknown fields are not stored");
+        let texts: Vec<&str> = batch.events.iter().map(|(_, e)| e.text.as_str()).collect();
+        assert_eq!(texts, ["GPU 0: XID 79 (see NVIDIA's XID catalogue)", "GPU 0: clocks held down by hw-thermal"]);
+    }
+}
