@@ -25,9 +25,10 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check.XXXXXX")
 out=${GPU_CHECK_OUT:-$work/out}
 mkdir -p "$out"
 db=$work/db
+running=0
 cleanup() {
-  # The server exits by itself when idle; stop a run left behind by an interrupted check.
-  "$bin" --db "$db" kill gpu-check >/dev/null 2>&1 || true
+  # The server exits by itself when idle; kill a run left behind by an interrupted check.
+  [ "$running" = 0 ] || "$bin" --db "$db" kill gpu-check >/dev/null 2>&1 || true
   rm -rf "$work/nccl-link"
   [ -n "${GPU_CHECK_OUT:-}" ] || rm -rf "$work"
 }
@@ -75,8 +76,10 @@ say "1/4 doctor"
 "$bin" doctor >"$out/doctor.txt" 2>&1 || say "doctor reported a failure (see below)"
 
 say "2/4 flightdeck: $(basename "$recipe") for $steps steps on $device"
+running=1
 timeout 300 "$bin" --db "$db" run "$recipe" --headless --ranks-per-node 1 --name gpu-check "${sets[@]}" \
   >"$out/run.txt" 2>&1 || { cat "$out/run.txt" >&2; die "the flightdeck run failed"; }
+running=0
 "$bin" --db "$db" show gpu-check --json >"$out/show.json"
 "$bin" --db "$db" metrics gpu-check --key gpu_util_pct --format jsonl >"$out/gpu_util.jsonl" 2>/dev/null || true
 run_id=$("$py" -c 'import json,sys; print(json.load(open(sys.argv[1]))["run"]["id"])' "$out/show.json")
