@@ -9,6 +9,7 @@ pub mod client;
 pub mod collective;
 pub mod detach;
 pub mod ids;
+pub mod mfu;
 pub mod paths;
 pub mod protocol;
 pub mod recipe;

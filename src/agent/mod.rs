@@ -3,6 +3,8 @@
 //! Started detached (its own session) so a run outlives the server, the cockpit and the SSH
 //! session. It owns the run's state on this node; tasks around it only send it `Input`s.
 mod link;
+pub mod nvml;
+pub mod nvml_decode;
 mod outbox;
 mod ranks;
 mod sampler;

@@ -1,5 +1,8 @@
 //! Samples each rank from procfs (CPU %, RSS) and each GPU from NVML, off the async thread.
+use super::nvml::NvmlReader;
+use super::nvml_decode::{decode, decode_event, throttle_change, RawGpuReading};
 use super::{lock, Input};
+use crate::ids::unix_us;
 use crate::ids::Rank;
 use crate::protocol::{AgentEvent, GpuSample};
 use std::collections::HashMap;
@@ -7,20 +10,25 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
+/// The fastest sampling period: NVML's own counters update about every 100 ms, and sampling
+/// many GPUs faster than this costs the node more than it tells.
+pub const MIN_INTERVAL_MS: u64 = 250;
+
 /// Starts the sampling thread; it ends when the agent's input channel closes.
 pub fn spawn(pids: Arc<Mutex<Vec<(Rank, u32)>>>, tx: mpsc::Sender<Input>, interval_ms: u64) {
-    let interval = Duration::from_millis(interval_ms.max(100));
+    let interval = Duration::from_millis(interval_ms.max(MIN_INTERVAL_MS));
     std::thread::spawn(move || {
         let nvml = match nvml_wrapper::Nvml::init() {
             Ok(n) => Some(n),
             Err(e) => {
-                let text = format!("no NVML ({e}): CPU-only sampling");
+                let text = super::nvml::unavailable(&e);
                 if tx.blocking_send(Input::Event(AgentEvent::Notice { text })).is_err() {
                     return;
                 }
                 None
             }
         };
+        let mut gpus = nvml.as_ref().map(GpuState::new);
         let ticks_per_s = clock_ticks_per_s();
         let page_bytes = page_size_bytes();
         let mut last: HashMap<u32, (u64, Instant)> = HashMap::new();
@@ -43,9 +51,10 @@ pub fn spawn(pids: Arc<Mutex<Vec<(Rank, u32)>>>, tx: mpsc::Sender<Input>, interv
                     return;
                 }
             }
-            if let Some(nvml) = &nvml {
-                for sample in gpu_samples(nvml) {
-                    if tx.blocking_send(Input::Event(AgentEvent::GpuSample(sample))).is_err() {
+            if let Some(gpus) = &mut gpus {
+                let ranks = lock(&pids).clone();
+                for event in gpus.tick(&ranks) {
+                    if tx.blocking_send(Input::Event(event)).is_err() {
                         return;
                     }
                 }
@@ -94,27 +103,34 @@ pub fn page_size_bytes() -> u64 {
     }
 }
 
-/// One sample per GPU; a field NVML cannot read is left at zero rather than failing the sample.
-fn gpu_samples(nvml: &nvml_wrapper::Nvml) -> Vec<GpuSample> {
-    let count = nvml.device_count().unwrap_or(0);
-    (0..count)
-        .filter_map(|i| {
-            let d = nvml.device_by_index(i).ok()?;
-            let mem = d.memory_info().ok();
-            Some(GpuSample {
-                index: i,
-                name: d.name().unwrap_or_default(),
-                util_pct: d.utilization_rates().map(|u| f64::from(u.gpu)).unwrap_or(0.0),
-                mem_used_bytes: mem.as_ref().map(|m| m.used).unwrap_or(0),
-                mem_total_bytes: mem.as_ref().map(|m| m.total).unwrap_or(0),
-                power_w: d.power_usage().map(|mw| f64::from(mw) / 1000.0).unwrap_or(0.0),
-                temp_c: d
-                    .temperature(nvml_wrapper::enum_wrappers::device::TemperatureSensor::Gpu)
-                    .map(f64::from)
-                    .unwrap_or(0.0),
-            })
-        })
-        .collect()
+/// The NVML side of the sampler: handles, and each GPU's previous reading and sample (for
+/// counter rates and throttle changes).
+struct GpuState<'n> {
+    reader: NvmlReader<'n>,
+    prev_raw: Vec<Option<RawGpuReading>>,
+    prev: Vec<Option<GpuSample>>,
+}
+
+impl<'n> GpuState<'n> {
+    fn new(nvml: &'n nvml_wrapper::Nvml) -> GpuState<'n> {
+        let reader = NvmlReader::new(nvml);
+        let n = reader.gpu_count();
+        GpuState { reader, prev_raw: vec![None; n], prev: vec![None; n] }
+    }
+
+    /// This tick's events: XID/ECC events first (they happened before the sample), then per GPU
+    /// a throttle change if any, then its sample.
+    fn tick(&mut self, ranks: &[(Rank, u32)]) -> Vec<AgentEvent> {
+        let mut out: Vec<AgentEvent> = self.reader.drain_events().iter().map(decode_event).collect();
+        for (i, raw) in self.reader.read(unix_us()).into_iter().enumerate() {
+            let sample = decode(self.prev_raw[i].as_ref(), &raw, ranks);
+            out.extend(throttle_change(self.prev[i].as_ref(), &sample));
+            out.push(AgentEvent::GpuSample(Box::new(sample.clone())));
+            self.prev_raw[i] = Some(raw);
+            self.prev[i] = Some(sample);
+        }
+        out
+    }
 }
 
 #[cfg(test)]

@@ -17,7 +17,16 @@ struct Check {
 }
 
 pub fn doctor(db: &DbPaths) -> i32 {
-    let checks = vec![libtorch(), nvml(), nccl(), database(db), disk(db), ports(), stack_tools(), ssh()];
+    // libtorch's CUDA half first: loading it brings in the NCCL that PyTorch ships, which the
+    // nccl check then finds.
+    let gpu = super::doctor_gpu::checks();
+    let mut checks = vec![libtorch()];
+    checks.extend(gpu.into_iter().map(|(name, ok, detail)| Check {
+        name,
+        level: if ok { Level::Ok } else { Level::Warn },
+        detail,
+    }));
+    checks.extend([database(db), disk(db), ports(), stack_tools(), ssh()]);
     println!("{:<10} {:<5} DETAIL", "CHECK", "STATE");
     for c in &checks {
         let state = match c.level {
@@ -46,35 +55,6 @@ fn libtorch() -> Check {
 #[cfg(not(feature = "torch"))]
 fn libtorch() -> Check {
     Check { name: "libtorch", level: Level::Fail, detail: "built without the `torch` feature".into() }
-}
-
-fn nvml() -> Check {
-    match nvml_wrapper::Nvml::init() {
-        Ok(n) => {
-            let count = n.device_count().unwrap_or(0);
-            let driver = n.sys_driver_version().unwrap_or_default();
-            Check { name: "nvml", level: Level::Ok, detail: format!("{count} GPU(s), driver {driver}") }
-        }
-        Err(e) => Check { name: "nvml", level: Level::Warn, detail: format!("unavailable ({e}): CPU-only sampling") },
-    }
-}
-
-fn nccl() -> Check {
-    for name in ["libnccl.so.2", "libnccl.so"] {
-        let c = std::ffi::CString::new(name).unwrap_or_default();
-        // SAFETY: dlopen with a valid C string; the handle is closed right away.
-        let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) };
-        if !h.is_null() {
-            // SAFETY: h came from dlopen above.
-            unsafe { libc::dlclose(h) };
-            return Check { name: "nccl", level: Level::Ok, detail: format!("{name} loads") };
-        }
-    }
-    Check {
-        name: "nccl",
-        level: Level::Warn,
-        detail: "libnccl.so.2 not found on the loader path: ring backend only".into(),
-    }
 }
 
 fn database(db: &DbPaths) -> Check {

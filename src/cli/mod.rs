@@ -1,6 +1,7 @@
 //! The command line (DESIGN §3): parses arguments and dispatches to each subcommand.
 mod ckpts;
 mod doctor;
+mod doctor_gpu;
 mod output;
 mod query;
 mod resume;

@@ -3,13 +3,10 @@
 //! A record goes to the sink twice: when the collective starts and when it completes. A
 //! collective that fails or never returns leaves its record `Started`, and the last `Started`
 //! sequence number on each rank is what the analysis compares across ranks.
-use super::{Collective, CollectiveError};
+use super::{Collective, CollectiveError, DeviceBuf, DeviceDtype};
 use crate::ids::{unix_us, Rank, Step};
 use crate::protocol::message::{CollectiveOp, CollectiveRecord, CollectiveState};
 use std::collections::VecDeque;
-
-/// Every collective in this layer moves f32 today.
-const DTYPE: &str = "f32";
 
 /// Where records go as they change (the worker streams them to the agent).
 pub type RecordSink = Box<dyn FnMut(&CollectiveRecord) + Send>;
@@ -63,6 +60,7 @@ impl<C: Collective> FlightRecorder<C> {
         &mut self,
         op: CollectiveOp,
         elements: usize,
+        dtype: DeviceDtype,
         run: impl FnOnce(&mut C) -> Result<T, CollectiveError>,
     ) -> Result<T, CollectiveError> {
         let seq = self.next_seq;
@@ -73,9 +71,9 @@ impl<C: Collective> FlightRecorder<C> {
         let mut record = CollectiveRecord {
             seq,
             op,
-            dtype: DTYPE.to_string(),
+            dtype: dtype.name().to_string(),
             elements: elements as u64,
-            bytes: (elements * std::mem::size_of::<f32>()) as u64,
+            bytes: (elements * dtype.size_bytes()) as u64,
             enqueue_us,
             start_us: Some(enqueue_us),
             end_us: None,
@@ -87,6 +85,12 @@ impl<C: Collective> FlightRecorder<C> {
         let result = run(&mut self.inner);
         if result.is_ok() {
             record.end_us = Some(unix_us());
+            // A GPU backend knows when the work really ran on the device (CUDA events); the
+            // host's times would only say when it was queued and when the host saw it finish.
+            if let Some((start_us, end_us)) = self.inner.last_device_span_us() {
+                record.start_us = Some(start_us.max(enqueue_us));
+                record.end_us = Some(end_us.max(start_us));
+            }
             record.state = CollectiveState::Completed;
             if let Some(kept) = self.records.back_mut().filter(|r| r.seq == seq) {
                 *kept = record.clone();
@@ -117,11 +121,19 @@ impl<C: Collective> Collective for FlightRecorder<C> {
     }
 
     fn all_reduce_sum(&mut self, buf: &mut [f32]) -> Result<(), CollectiveError> {
-        self.record(CollectiveOp::AllReduce, buf.len(), |inner| inner.all_reduce_sum(buf))
+        self.record(CollectiveOp::AllReduce, buf.len(), DeviceDtype::F32, |inner| inner.all_reduce_sum(buf))
     }
 
     fn barrier(&mut self) -> Result<(), CollectiveError> {
-        self.record(CollectiveOp::Barrier, 0, |inner| inner.barrier())
+        self.record(CollectiveOp::Barrier, 0, DeviceDtype::F32, |inner| inner.barrier())
+    }
+
+    fn all_reduce_sum_device(&mut self, buf: DeviceBuf) -> Result<(), CollectiveError> {
+        self.record(CollectiveOp::AllReduce, buf.elements, buf.dtype, |inner| inner.all_reduce_sum_device(buf))
+    }
+
+    fn last_device_span_us(&self) -> Option<(u64, u64)> {
+        self.inner.last_device_span_us()
     }
 
     fn inject(&mut self, fault: super::InjectedFault) {
@@ -231,5 +243,46 @@ mod tests {
         none_kept.barrier().unwrap();
         assert_eq!(none_kept.records().count(), 0);
         assert_eq!(seen.lock().unwrap().len(), 2);
+    }
+
+    /// A GPU backend: work queued on a stream, with the device's own start and end times.
+    struct DeviceTimed;
+
+    impl Collective for DeviceTimed {
+        fn rank(&self) -> Rank {
+            Rank(0)
+        }
+        fn world_size(&self) -> u32 {
+            2
+        }
+        fn all_reduce_sum(&mut self, _buf: &mut [f32]) -> Result<(), CollectiveError> {
+            Ok(())
+        }
+        fn barrier(&mut self) -> Result<(), CollectiveError> {
+            Ok(())
+        }
+        fn all_reduce_sum_device(&mut self, _buf: DeviceBuf) -> Result<(), CollectiveError> {
+            Ok(())
+        }
+        fn last_device_span_us(&self) -> Option<(u64, u64)> {
+            // Far in the future, so the recorder's clamping to the enqueue time cannot hide it.
+            Some((u64::MAX - 500, u64::MAX - 100))
+        }
+    }
+
+    #[test]
+    fn device_collectives_record_dtype_bytes_and_the_device_span() {
+        let (seen, sink) = sink();
+        let mut rec = FlightRecorder::new(DeviceTimed, 4, sink);
+        rec.all_reduce_sum_device(DeviceBuf { ptr: 0x1000, elements: 10, dtype: DeviceDtype::Bf16 }).unwrap();
+        let done = seen.lock().unwrap()[1].clone();
+        assert_eq!((done.dtype.as_str(), done.elements, done.bytes), ("bf16", 10, 20));
+        assert_eq!((done.start_us, done.end_us), (Some(u64::MAX - 500), Some(u64::MAX - 100)));
+        assert_eq!(done.state, CollectiveState::Completed);
+        let buf = DeviceBuf { ptr: 0, elements: 1, dtype: DeviceDtype::F32 };
+        assert!(Solo.all_reduce_sum_device(buf).is_ok(), "one rank: the identity");
+        // A host-only backend refuses GPU memory with a clear error.
+        let err = Scripted { calls: 0, fail_on_call: 0 }.all_reduce_sum_device(buf).unwrap_err().to_string();
+        assert_eq!(err, "all_reduce of GPU memory is not supported by the ring backend");
     }
 }

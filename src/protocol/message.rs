@@ -245,8 +245,10 @@ pub fn signal_name(sig: i32) -> &'static str {
     }
 }
 
-/// One GPU's sample from NVML.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// One GPU's sample from NVML (decoded in `agent::nvml`). A field the GPU or driver does not
+/// offer is `None` (never a made-up zero), so panels can tell "0 %" from "unknown".
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct GpuSample {
     pub index: u32,
     pub name: String,
@@ -255,6 +257,50 @@ pub struct GpuSample {
     pub mem_total_bytes: u64,
     pub power_w: f64,
     pub temp_c: f64,
+    pub uuid: String,
+    /// NVML's memory-controller busy %.
+    pub mem_util_pct: Option<f64>,
+    /// SM activity from GPM (Hopper and newer): the share of SMs busy, not just "a kernel ran".
+    pub sm_active_pct: Option<f64>,
+    /// Tensor-core activity from GPM.
+    pub tensor_active_pct: Option<f64>,
+    pub sm_clock_mhz: Option<u32>,
+    pub mem_clock_mhz: Option<u32>,
+    /// Why clocks are held down now (NVML's "clock event reasons"); empty = running free.
+    pub throttle: Vec<ThrottleReason>,
+    pub pcie_rx_bytes_per_s: Option<u64>,
+    pub pcie_tx_bytes_per_s: Option<u64>,
+    /// Summed over links, from the counters' change since the previous sample.
+    pub nvlink_rx_bytes_per_s: Option<u64>,
+    pub nvlink_tx_bytes_per_s: Option<u64>,
+    /// Volatile (since driver load) corrected / uncorrected ECC error counts.
+    pub ecc_corrected: Option<u64>,
+    pub ecc_uncorrected: Option<u64>,
+    /// Compute processes on this GPU, with the rank each belongs to when it is one of ours.
+    pub processes: Vec<GpuProcess>,
+}
+
+/// One compute process on a GPU.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GpuProcess {
+    pub pid: u32,
+    pub rank: Option<Rank>,
+    pub mem_used_bytes: Option<u64>,
+}
+
+/// NVML's clock event (throttle) reasons, one per bit of its mask.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ThrottleReason {
+    GpuIdle,
+    ApplicationClocks,
+    SwPowerCap,
+    HwSlowdown,
+    SyncBoost,
+    SwThermal,
+    HwThermal,
+    HwPowerBrake,
+    DisplayClocks,
 }
 
 /// How a run ended, as the agent saw it.
@@ -285,7 +331,8 @@ pub enum AgentEvent {
         cpu_pct: f64,
         rss_bytes: u64,
     },
-    GpuSample(GpuSample),
+    /// Boxed: a sample is ten times the size of any other event.
+    GpuSample(Box<GpuSample>),
     Log {
         rank: Rank,
         stream: Stream,
@@ -315,6 +362,22 @@ pub enum AgentEvent {
     StackDump {
         request: u64,
         stacks: Vec<super::verdict::RankStacks>,
+    },
+    /// NVML reported a critical XID error on GPU `index` (e.g. 79: fell off the bus).
+    GpuXid {
+        index: u32,
+        xid: u64,
+    },
+    /// NVML reported an ECC error on GPU `index`.
+    GpuEcc {
+        index: u32,
+        uncorrected: bool,
+    },
+    /// The notable clock event reasons of GPU `index` changed (idle and application clocks are
+    /// not notable); `reasons` is the new set, empty when the GPU runs free again.
+    GpuThrottle {
+        index: u32,
+        reasons: Vec<ThrottleReason>,
     },
 }
 

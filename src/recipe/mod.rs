@@ -209,7 +209,7 @@ impl Recipe {
 }
 
 /// The synthetic generators shipped in the project, with the vocabulary each needs.
-pub const SYNTHETIC_GENERATORS: &[(&str, u32)] = &[("arith", 16)];
+pub const SYNTHETIC_GENERATORS: &[(&str, u32)] = &[("arith", 16), ("tokens", 50257)];
 
 /// `file:` sources are read as bytes, so the model needs the whole byte vocabulary.
 pub const FILE_VOCAB: u32 = 256;

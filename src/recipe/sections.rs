@@ -142,7 +142,7 @@ impl Check<'_> {
     pub(super) fn telemetry(&self, raw: RawTelemetry) -> R<Telemetry> {
         let step_interval = self.int_in("telemetry.step_interval", raw.step_interval.unwrap_or(1), 1, MAX_I64)? as u64;
         let key = "telemetry.sample_interval_ms";
-        let sample_interval_ms = self.int_in(key, raw.sample_interval_ms.unwrap_or(1000), 100, MAX_I64)? as u64;
+        let sample_interval_ms = self.int_in(key, raw.sample_interval_ms.unwrap_or(1000), 250, MAX_I64)? as u64;
         Ok(Telemetry { step_interval, sample_interval_ms, enabled: raw.enabled.unwrap_or(true) })
     }
 

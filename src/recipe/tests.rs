@@ -275,3 +275,23 @@ fn docs_name_every_key() {
         }
     }
 }
+
+#[test]
+fn gpt_small_cuda_is_gpt2_small_on_gpus_with_nccl_and_bf16() {
+    let r = load_file(&root().join("recipes/gpt-small-cuda.toml"), &[]).expect("gpt-small-cuda loads");
+    let m = &r.model;
+    assert_eq!((m.n_layer, m.n_head, m.d_model, m.context, m.vocab), (12, 12, 768, 1024, 50304));
+    assert_eq!(crate::mfu::total_params(m), 124_475_904, "GPT-2 small: about 124M parameters");
+    assert_eq!(r.data.source, DataSource::Synthetic { generator: "tokens".into() });
+    assert_eq!(
+        (r.cluster.device, r.parallel.backend, r.train.dtype),
+        (Device::Cuda, CollectiveBackend::Nccl, Dtype::Bf16)
+    );
+    // The dry run of scripts/gpu-check.sh turns it into a CPU recipe with these overrides.
+    let cpu = load_file(
+        &root().join("recipes/gpt-small-cuda.toml"),
+        &set(&["cluster.device=cpu", "parallel.backend=ring", "train.dtype=fp32", "model.n_layer=1"]),
+    )
+    .expect("the dry run's overrides validate");
+    assert_eq!(cpu.cluster.device, Device::Cpu);
+}

@@ -156,7 +156,7 @@ fn ranges_name_the_valid_interval() {
     let e = with_set(&["train.min_lr=1.0"]).expect_err("min_lr > lr");
     assert_mentions(&e, &["train.min_lr = 1 (from --set) must be between 0 and train.lr = 0.003"]);
     let e = with_set(&["telemetry.sample_interval_ms=10"]).expect_err("too fast");
-    assert_mentions(&e, &["telemetry.sample_interval_ms = 10 (from --set) must be at least 100"]);
+    assert_mentions(&e, &["telemetry.sample_interval_ms = 10 (from --set) must be at least 250"]);
     let e = with_set(&["model.n_layer=5000000000"]).expect_err("too large");
     assert_mentions(&e, &["model.n_layer = 5000000000 (from --set) is too large; at most 4294967295"]);
 }

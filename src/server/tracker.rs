@@ -172,7 +172,8 @@ impl Tracker {
                 info.rss_bytes = Some(*rss_bytes);
                 touched.insert(rank.0);
             }
-            AgentEvent::GpuSample(_) | AgentEvent::Heartbeat => {}
+            AgentEvent::GpuSample(sample) => self.gpu_sample(sample, batch),
+            AgentEvent::Heartbeat => {}
             AgentEvent::StackDump { request, stacks } => self.stack_dumps.push((*request, stacks.clone())),
             AgentEvent::Log { rank, line, .. } => {
                 let n = self.log_lines.entry(rank.0).or_insert(0);
@@ -191,6 +192,10 @@ impl Tracker {
             AgentEvent::BadFrame { rank, reason } => {
                 let text = format!("bad frame dropped: {reason}");
                 self.event(batch, f.t_ms, EventKind::BadFrame, rank.map(|r| r.0), text)
+            }
+            AgentEvent::GpuXid { .. } | AgentEvent::GpuEcc { .. } | AgentEvent::GpuThrottle { .. } => {
+                let text = gpu_event_text(&f.event);
+                self.event(batch, f.t_ms, EventKind::Notice, None, text)
             }
             AgentEvent::RunEnded { outcome, reason } => {
                 self.record.status = match outcome {
@@ -273,5 +278,126 @@ impl Tracker {
             world_size: self.record.world_size,
             verdicts: self.analyzer.active(),
         }
+    }
+}
+
+impl Tracker {
+    /// A GPU sample becomes series points of each rank using that GPU, at the rank's current
+    /// step (`gpu_*` metrics; several samples in one step keep the last), so GPU history
+    /// charts on the same step axis as the loss.
+    fn gpu_sample(&mut self, s: &crate::protocol::GpuSample, batch: &mut Batch) {
+        let run = self.run();
+        for p in &s.processes {
+            let Some(rank) = p.rank else { continue };
+            let step = self.ranks.get(&rank.0).map_or(0, |r| r.step);
+            let mut put = |name: &'static str, value: f64| {
+                batch.points.push((run.clone(), name, Point { step, rank: rank.0, value }));
+            };
+            put("gpu_util_pct", s.util_pct);
+            put("gpu_mem_used_bytes", s.mem_used_bytes as f64);
+            put("gpu_power_w", s.power_w);
+            put("gpu_temp_c", s.temp_c);
+            let optional = [
+                ("gpu_sm_active_pct", s.sm_active_pct),
+                ("gpu_tensor_active_pct", s.tensor_active_pct),
+                ("gpu_sm_clock_mhz", s.sm_clock_mhz.map(f64::from)),
+                ("gpu_proc_mem_bytes", p.mem_used_bytes.map(|b| b as f64)),
+                ("gpu_nvlink_rx_bytes_per_s", s.nvlink_rx_bytes_per_s.map(|b| b as f64)),
+                ("gpu_nvlink_tx_bytes_per_s", s.nvlink_tx_bytes_per_s.map(|b| b as f64)),
+            ];
+            for (name, value) in optional {
+                if let Some(v) = value {
+                    put(name, v);
+                }
+            }
+        }
+    }
+}
+
+/// The event text of a GPU event, for the run's event list.
+fn gpu_event_text(e: &AgentEvent) -> String {
+    match e {
+        AgentEvent::GpuXid { index, xid } => format!("GPU {index}: XID {xid} (see NVIDIA's XID catalogue)"),
+        AgentEvent::GpuEcc { index, uncorrected: true } => format!("GPU {index}: uncorrected ECC error"),
+        AgentEvent::GpuEcc { index, uncorrected: false } => format!("GPU {index}: corrected ECC error"),
+        AgentEvent::GpuThrottle { index, reasons } if reasons.is_empty() => {
+            format!("GPU {index}: clocks no longer held down")
+        }
+        AgentEvent::GpuThrottle { index, reasons } => {
+            let names: Vec<&str> = reasons.iter().map(|r| crate::agent::nvml_decode::reason_name(*r)).collect();
+            format!("GPU {index}: clocks held down by {}", names.join(", "))
+        }
+        _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod gpu_tests {
+    use super::*;
+    use crate::ids::{Rank, Step};
+    use crate::protocol::{GpuProcess, GpuSample, StepMetrics, ThrottleReason};
+
+    fn record() -> RunRecord {
+        RunRecord {
+            id: RunId::new_now(),
+            name: "g".into(),
+            recipe_name: "g".into(),
+            recipe_path: "g.toml".into(),
+            recipe_json: "{}".into(),
+            status: RunStatus::Running,
+            reason: String::new(),
+            created_ms: 0,
+            ended_ms: None,
+            hosts: vec!["local".into()],
+            world_size: 2,
+            steps_planned: 10,
+            step: 0,
+            last_loss: None,
+            parent: None,
+            agent_sockets: vec![],
+            acked_seq: vec![0],
+        }
+    }
+
+    fn frame(seq: u64, event: AgentEvent) -> AgentFrame {
+        AgentFrame { seq, t_ms: seq, event }
+    }
+
+    #[test]
+    fn gpu_samples_become_series_of_the_ranks_on_the_gpu_and_events_notices() {
+        let mut t = Tracker::new(record(), vec![]);
+        let step = StepMetrics { step: Step(7), loss: 1.0, ..Default::default() };
+        let sample = GpuSample {
+            index: 0,
+            util_pct: 97.0,
+            sm_active_pct: Some(81.0),
+            processes: vec![
+                GpuProcess { pid: 41, rank: Some(Rank(1)), mem_used_bytes: Some(1 << 30) },
+                GpuProcess { pid: 99, rank: None, mem_used_bytes: Some(5) },
+            ],
+            ..Default::default()
+        };
+        let frames = [
+            frame(1, AgentEvent::Rank { rank: Rank(1), msg: RankMsg::Step(step) }),
+            frame(2, AgentEvent::GpuSample(Box::new(sample))),
+            frame(3, AgentEvent::GpuXid { index: 0, xid: 79 }),
+            frame(4, AgentEvent::GpuThrottle { index: 0, reasons: vec![ThrottleReason::HwThermal] }),
+        ];
+        let mut batch = Batch::default();
+        t.apply(0, &frames, &mut batch);
+        let gpu: Vec<(&str, u64, u32, f64)> = batch
+            .points
+            .iter()
+            .filter(|(_, name, _)| name.starts_with("gpu_"))
+            .map(|(_, name, p)| (*name, p.step, p.rank, p.value))
+            .collect();
+        // Only rank 1's process is ours; its points sit at rank 1's step.
+        assert!(gpu.contains(&("gpu_util_pct", 7, 1, 97.0)), "{gpu:?}");
+        assert!(gpu.contains(&("gpu_sm_active_pct", 7, 1, 81.0)), "{gpu:?}");
+        assert!(gpu.contains(&("gpu_proc_mem_bytes", 7, 1, f64::from(1u32 << 30))), "{gpu:?}");
+        assert!(gpu.iter().all(|(_, _, rank, _)| *rank == 1));
+        assert!(!gpu.iter().any(|(name, ..)| *name == "gpu_nvlink_rx_bytes_per_s"), "unknown fields are not stored");
+        let texts: Vec<&str> = batch.events.iter().map(|(_, e)| e.text.as_str()).collect();
+        assert_eq!(texts, ["GPU 0: XID 79 (see NVIDIA's XID catalogue)", "GPU 0: clocks held down by hw-thermal"]);
     }
 }

@@ -3,7 +3,7 @@
 //! No tch here: sequences are plain `Vec<i64>` so the sharding and determinism rules are unit
 //! tested without libtorch. Every sequence is a pure function of (data seed, global sequence
 //! index), so the data position is a single integer and resume is exact on any topology.
-use super::arith;
+use super::{arith, synthetic_tokens};
 use crate::recipe::{DataSource, FILE_VOCAB, SYNTHETIC_GENERATORS};
 use std::path::PathBuf;
 
@@ -25,6 +25,10 @@ pub enum Source {
     Arith {
         seed: u64,
     },
+    /// `synthetic:tokens`, over GPT-2's vocabulary.
+    Tokens {
+        seed: u64,
+    },
     /// The file's bytes are the tokens (vocabulary `FILE_VOCAB`).
     File {
         bytes: Vec<u8>,
@@ -38,6 +42,7 @@ impl Source {
     pub fn open(source: &DataSource, seed: u64, seq_len: usize) -> Result<Source, DataError> {
         match source {
             DataSource::Synthetic { generator } if generator == "arith" => Ok(Source::Arith { seed }),
+            DataSource::Synthetic { generator } if generator == "tokens" => Ok(Source::Tokens { seed }),
             DataSource::Synthetic { generator } => Err(DataError::UnknownGenerator {
                 name: generator.clone(),
                 valid: SYNTHETIC_GENERATORS
@@ -60,6 +65,7 @@ impl Source {
     pub fn vocab(&self) -> u32 {
         match self {
             Source::Arith { .. } => arith::VOCAB,
+            Source::Tokens { .. } => synthetic_tokens::VOCAB,
             Source::File { .. } => FILE_VOCAB,
         }
     }
@@ -68,6 +74,7 @@ impl Source {
     pub fn sequence(&self, index: u64, len: usize) -> Vec<i64> {
         match self {
             Source::Arith { seed } => arith::sequence(*seed, index, len),
+            Source::Tokens { seed } => synthetic_tokens::sequence(*seed, index, len),
             Source::File { bytes, seed } => {
                 // Validated in `open`: bytes.len() >= len.
                 let starts = (bytes.len() - len) as u64 + 1;

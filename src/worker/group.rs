@@ -1,6 +1,8 @@
-//! The rank's process group: `Solo` for one rank, else rendezvous → TCP ring → flight recorder.
+//! The rank's process group: `Solo` for one rank, else rendezvous → TCP ring or NCCL → flight
+//! recorder.
 use super::env::WorkerEnv;
 use super::telemetry::TelemetryTx;
+use crate::collective::nccl::Nccl;
 use crate::collective::recorder::FlightRecorder;
 use crate::collective::rendezvous::StoreClient;
 use crate::collective::ring::Ring;
@@ -28,11 +30,9 @@ impl<C: Collective> StepCollective for FlightRecorder<C> {
 
 #[derive(Debug, thiserror::Error)]
 pub enum GroupError {
-    #[error("parallel.backend = \"nccl\" is not implemented yet in the worker (valid: \"ring\")")]
-    NcclNotImplemented,
     #[error("rank {rank}: world size {world} needs MASTER_ADDR and MASTER_PORT")]
     NoMaster { rank: u32, world: u32 },
-    #[error("rank {rank}: joining the ring of {world} ranks: {source}")]
+    #[error("rank {rank}: joining the group of {world} ranks: {source}")]
     Collective { rank: u32, world: u32, source: CollectiveError },
 }
 
@@ -42,9 +42,6 @@ pub fn connect(env: &WorkerEnv, recipe: &Recipe, tele: &TelemetryTx) -> Result<B
     if env.world_size == 1 {
         return Ok(Box::new(Solo));
     }
-    if recipe.parallel.backend == CollectiveBackend::Nccl {
-        return Err(GroupError::NcclNotImplemented);
-    }
     let (rank, world) = (env.rank, env.world_size);
     let Some((host, port)) = &env.master else {
         return Err(GroupError::NoMaster { rank, world });
@@ -52,6 +49,12 @@ pub fn connect(env: &WorkerEnv, recipe: &Recipe, tele: &TelemetryTx) -> Result<B
     let wrap = |source| GroupError::Collective { rank, world, source };
     let addr = format!("{host}:{port}");
     let mut store = StoreClient::connect(&addr, env.rendezvous_timeout).map_err(wrap)?;
+    if recipe.parallel.backend == CollectiveBackend::Nccl {
+        // The unique id travels through the store; LOCAL_RANK is the GPU (as in `cuda::init`).
+        let nccl =
+            Nccl::connect(&mut store, Rank(rank), world, env.local_rank, env.rendezvous_timeout).map_err(wrap)?;
+        return Ok(Box::new(FlightRecorder::new(nccl, RECORDER_CAPACITY, tele.sink())));
+    }
     let advertise = env.advertise_host.clone().unwrap_or_else(|| route_to(host, *port));
     let ring = Ring::connect(&mut store, Rank(rank), world, &advertise, env.rendezvous_timeout).map_err(wrap)?;
     Ok(Box::new(FlightRecorder::new(ring, RECORDER_CAPACITY, tele.sink())))

@@ -6,11 +6,13 @@
 //! node agent; `checkpoint` saves, restores and agrees on graceful stops.
 pub mod arith;
 pub mod checkpoint;
+pub mod cuda;
 pub mod data;
 pub mod env;
 pub mod group;
 pub mod model;
 pub mod optim;
+pub mod synthetic_tokens;
 pub mod telemetry;
 pub mod train;
 
@@ -38,6 +40,10 @@ pub fn main_from_env() -> anyhow::Result<()> {
     tch::set_num_threads(env.torch_threads(cores));
 
     let recipe = load_recipe(&env.recipe_path)?;
+    if recipe.cluster.device == crate::recipe::Device::Cuda {
+        // Before any CUDA use: loads libtorch_cuda and picks GPU LOCAL_RANK.
+        cuda::init(env.local_rank).with_context(|| format!("rank {}", env.rank))?;
+    }
     let recipe_json = std::fs::read(&env.recipe_path)
         .with_context(|| format!("FLIGHTDECK_RECIPE {}: cannot read the recipe", env.recipe_path.display()))?;
     let session = train::Session {
@@ -50,8 +56,13 @@ pub fn main_from_env() -> anyhow::Result<()> {
     telemetry.tx().phase(Step(0), Phase::Init);
 
     let result = group::connect(&env, &recipe, telemetry.tx()).map_err(anyhow::Error::from).and_then(|mut group| {
-        train::train_session(&recipe, group.as_mut(), telemetry.tx(), &mut |_| {}, session)
-            .with_context(|| format!("rank {}", env.rank))
+        let mut throughput = cuda::Throughput::new();
+        let outcome = train::train_session(&recipe, group.as_mut(), telemetry.tx(), &mut |m| throughput.add(m), session)
+            .with_context(|| format!("rank {}", env.rank))?;
+        let peak = std::env::var("FLIGHTDECK_PEAK_TFLOPS").ok().and_then(|v| v.parse().ok());
+        let gpu = cuda::device_name(cuda::device());
+        println!("{}", throughput.line(env.rank, &recipe.model, &gpu, peak));
+        Ok(outcome)
     });
     let report = telemetry.finish(result.as_ref().ok().map(|o| (o.steps, o.final_loss)));
     if env.telemetry.is_some() {

@@ -53,6 +53,12 @@ impl Gpt {
     /// residual output projections at 0.02/√(2·n_layer), zero biases, unit LayerNorm gains.
     /// The same seed gives bit-identical weights on every rank.
     pub fn new(cfg: &Model, seed: u64) -> Result<Gpt, TchError> {
+        Gpt::new_on(cfg, seed, Device::Cpu)
+    }
+
+    /// As `new`, with the parameters on `device`. Initialised on the CPU either way, so a GPU
+    /// rank starts from exactly the weights a CPU rank would.
+    pub fn new_on(cfg: &Model, seed: u64, device: Device) -> Result<Gpt, TchError> {
         let _guard = INIT_LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         tch::manual_seed(seed as i64);
         let d = i64::from(cfg.d_model);
@@ -60,7 +66,7 @@ impl Gpt {
         let resid_std = 0.02 / (2.0 * f64::from(cfg.n_layer)).sqrt();
         let mut params = Vec::new();
         let mut add = |name: String, t: Tensor, decay: bool| -> Result<Tensor, TchError> {
-            let t = t.f_set_requires_grad(true)?;
+            let t = t.f_to_device(device)?.f_set_requires_grad(true)?;
             params.push(Param { name, tensor: t.shallow_clone(), decay });
             Ok(t)
         };

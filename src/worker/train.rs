@@ -60,8 +60,11 @@ pub fn check(recipe: &Recipe, world_size: u32) -> Result<(), TrainError> {
     if recipe.kind != Kind::Pretrain {
         return refuse(format!("kind = {:?}: the worker trains only \"pretrain\" recipes", recipe.kind));
     }
-    if recipe.cluster.device != Device::Cpu {
-        return refuse("cluster.device = \"cuda\" is not implemented yet in the worker (valid: \"cpu\")".into());
+    if recipe.cluster.device == Device::Cuda && !super::cuda::device().is_cuda() {
+        return refuse(
+            "cluster.device = \"cuda\": CUDA is not initialised in this process (the worker does it from LOCAL_RANK)"
+                .into(),
+        );
     }
     if recipe.world_size() != world_size {
         return refuse(format!(
@@ -106,13 +109,16 @@ pub fn train_session(
             source.vocab()
         )));
     }
-    if recipe.train.dtype == Dtype::Bf16 {
+    let device = super::cuda::device();
+    if recipe.train.dtype == Dtype::Bf16 && !device.is_cuda() {
         eprintln!("rank {rank}: train.dtype = \"bf16\" runs as fp32 on CPU (bf16 autocast is for CUDA)");
     }
     let mut loader = Loader::new(source, context, recipe.train.batch_per_rank, rank, world);
-    let mut model = Gpt::new(&recipe.model, recipe.train.seed)?;
+    let mut model = Gpt::new_on(&recipe.model, recipe.train.seed, device)?;
     let mut opt = AdamW::from_recipe(model.params(), &recipe.train)?;
-    let mut comm = Buckets::new(&recipe.parallel, model.num_params());
+    let on_gpu = device.is_cuda();
+    let mut comm = Buckets::new(&recipe.parallel, if on_gpu { 0 } else { model.num_params() });
+    let mut gpu_comm = super::cuda::DeviceBuckets::new(&recipe.parallel);
     let steps = recipe.train.steps;
     let mut start = 0;
     if let Some(dir) = &session.resume_from {
@@ -149,12 +155,12 @@ pub fn train_session(
         }
         let batch = loader.next_batch();
         let shape = [batch.rows as i64, batch.cols as i64];
-        let x = Tensor::f_from_slice(&batch.inputs)?.f_view(shape)?;
-        let y = Tensor::f_from_slice(&batch.targets)?.f_view(shape)?;
+        let x = Tensor::f_from_slice(&batch.inputs)?.f_view(shape)?.f_to_device(device)?;
+        let y = Tensor::f_from_slice(&batch.targets)?.f_view(shape)?.f_to_device(device)?;
         let t_data = Instant::now();
 
         tele.phase(step, Phase::Fwd);
-        let loss = model.loss(&x, &y)?;
+        let loss = super::cuda::autocast(device, recipe.train.dtype, || model.loss(&x, &y))?;
         let t_fwd = Instant::now();
 
         tele.phase(step, Phase::Bwd);
@@ -191,10 +197,14 @@ pub fn train_session(
             if shrink {
                 eprintln!("rank {rank}: fault injection: one element short in step {s} at unix ms {}", unix_ms());
             }
-            comm.all_reduce_mean(model.params(), group, shrink).map_err(|e| match e {
-                CommError::Torch(t) => TrainError::Torch(t),
-                CommError::Collective(c) => TrainError::Collective { step: s, source: c },
-            })?;
+            if on_gpu {
+                gpu_comm.all_reduce_mean(model.params(), group, step)?;
+            } else {
+                comm.all_reduce_mean(model.params(), group, shrink).map_err(|e| match e {
+                    CommError::Torch(t) => TrainError::Torch(t),
+                    CommError::Collective(c) => TrainError::Collective { step: s, source: c },
+                })?;
+            }
             Instant::now()
         } else {
             t_bwd
