@@ -11,6 +11,7 @@ pub mod paths;
 pub mod protocol;
 pub mod recipe;
 pub mod server;
+pub mod ssh;
 pub mod store;
 #[cfg(feature = "torch")]
 pub mod worker;

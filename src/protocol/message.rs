@@ -379,6 +379,11 @@ pub enum Reply {
     Error {
         message: String,
     },
+    /// One host's step in an SSH launch, sent before `Launched` (or `Error`).
+    LaunchProgress {
+        host: String,
+        text: String,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -5,7 +5,9 @@ mod clients;
 mod ingest;
 mod launch;
 mod link;
+mod remote;
 mod tracker;
+mod transport;
 
 use crate::agent::lock;
 use crate::ids::RunId;
@@ -32,7 +34,14 @@ pub struct Live {
     pub commands: mpsc::Sender<AgentCommand>,
     pub view: watch::Receiver<RunView>,
     /// Each durable batch of frames, for watchers (the cockpit).
-    pub frames: tokio::sync::broadcast::Sender<Arc<Vec<crate::protocol::AgentFrame>>>,
+    pub frames: tokio::sync::broadcast::Sender<Arc<NodeFrames>>,
+}
+
+/// A durable batch of one node's frames (sequence numbers count per node).
+#[derive(Debug)]
+pub struct NodeFrames {
+    pub node: u32,
+    pub frames: Vec<crate::protocol::AgentFrame>,
 }
 
 /// Live runs by id. Each run's link task inserts and removes its own entry.
@@ -151,13 +160,18 @@ async fn recover(shared: &Shared) {
     };
     for record in runs.into_iter().filter(|r| r.status.is_live()) {
         let ranks = shared.store.ranks(&record.id).unwrap_or_default();
-        let socket = record.agent_sockets.first().map(std::path::PathBuf::from);
         let mut tracker = tracker::Tracker::new(record.clone(), ranks);
-        let attached = match socket {
-            Some(s) => {
-                link::attach(tracker_clone(&record, shared), s, shared.ingest.clone(), shared.registry.clone()).await
+        // SSH runs keep their nodes' addresses in nodes.json; local runs, the agent socket.
+        let transports = match remote::transports(&shared.db, &record) {
+            Ok(t) if t.is_empty() => Err(anyhow::anyhow!("no agent socket recorded")),
+            other => other,
+        };
+        let attached = match transports {
+            Ok(t) => {
+                let (ingest, registry) = (shared.ingest.clone(), shared.registry.clone());
+                link::attach_nodes(tracker_clone(&record, shared), t, ingest, registry).await
             }
-            None => Err(anyhow::anyhow!("no agent socket recorded")),
+            Err(e) => Err(e),
         };
         match attached {
             Ok(()) => tracing::info!("run {}: reattached to its agent", record.id),
