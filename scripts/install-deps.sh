@@ -6,6 +6,11 @@ have() { command -v "$1" >/dev/null 2>&1; }
 have cc || need+=(build-essential)
 have python3 || need+=(python3 python3-venv)
 have pkg-config || need+=(pkg-config)
+# ssh2 builds libssh2 against OpenSSL; the SSH tests run real sshd in network namespaces.
+[ -e /usr/include/openssl/ssl.h ] || need+=(libssl-dev)
+[ -x /usr/sbin/sshd ] || need+=(openssh-server)
+have ssh-keygen || need+=(openssh-client)
+have ip || need+=(iproute2)
 if [ ${#need[@]} -gt 0 ]; then
   echo "install-deps: installing ${need[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive

@@ -180,8 +180,7 @@ fn gpus() -> Check {
         return Check { name: "gpus", level: Level::Warn, detail: "no NVML: no GPUs visible (CPU ranks only)".into() };
     };
     let count = n.device_count().unwrap_or(0);
-    let names: Vec<String> =
-        (0..count).filter_map(|i| n.device_by_index(i).ok().and_then(|d| d.name().ok())).collect();
+    let names: Vec<String> = (0..count).filter_map(|i| n.device_by_index(i).ok().and_then(|d| d.name().ok())).collect();
     match count {
         0 => Check { name: "gpus", level: Level::Warn, detail: "0 GPUs (CPU ranks only)".into() },
         _ => Check { name: "gpus", level: Level::Ok, detail: format!("{count}: {}", names.join(", ")) },

@@ -25,6 +25,10 @@ pub struct RunArgs {
     /// Print progress lines instead of opening the cockpit; exit with the run's outcome.
     #[arg(long)]
     pub headless: bool,
+    /// The OpenSSH client config for host aliases (like `ssh -F`; default $FLIGHTDECK_SSH_CONFIG,
+    /// else ~/.ssh/config). Sets cluster.ssh_config.
+    #[arg(long, value_name = "FILE")]
+    pub ssh_config: Option<PathBuf>,
     /// Trust SSH host keys seen for the first time and record them (like OpenSSH's
     /// accept-new); a changed key is still refused. Sets cluster.accept_new_host_keys.
     #[arg(long)]
@@ -36,6 +40,16 @@ pub async fn run(db: &DbPaths, args: RunArgs) -> anyhow::Result<i32> {
     if !args.hosts.is_empty() {
         let quoted: Vec<String> = args.hosts.iter().map(|h| format!("{h:?}")).collect();
         overrides.push(format!("cluster.hosts=[{}]", quoted.join(",")));
+    }
+    // The server may have been started by another shell: the config this client means travels
+    // with the recipe.
+    let ssh_config = args
+        .ssh_config
+        .clone()
+        .or_else(|| std::env::var_os(crate::ssh::config::CONFIG_ENV).filter(|v| !v.is_empty()).map(PathBuf::from));
+    if let Some(path) = ssh_config {
+        let path = std::path::absolute(&path).unwrap_or(path);
+        overrides.push(format!("cluster.ssh_config={:?}", path.display().to_string()));
     }
     if args.accept_new_host_keys {
         overrides.push("cluster.accept_new_host_keys=true".to_string());

@@ -140,6 +140,9 @@ pub struct ClusterSsh {
     pub link_timeout_s: u64,
     /// Trust unknown host keys on first use, like OpenSSH's accept-new.
     pub accept_new_host_keys: bool,
+    /// The OpenSSH client config to resolve hosts with (like `ssh -F`); None: ~/.ssh/config.
+    #[serde(default)]
+    pub ssh_config: Option<String>,
 }
 
 impl Default for ClusterSsh {
@@ -151,6 +154,7 @@ impl Default for ClusterSsh {
             command_timeout_s: 60,
             link_timeout_s: 15,
             accept_new_host_keys: false,
+            ssh_config: None,
         }
     }
 }

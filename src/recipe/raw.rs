@@ -94,6 +94,7 @@ pub(super) struct RawCluster {
     pub command_timeout_s: Option<i64>,
     pub link_timeout_s: Option<i64>,
     pub accept_new_host_keys: Option<bool>,
+    pub ssh_config: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -208,6 +209,7 @@ pub(super) const TABLES: &[(&str, &[(&str, Ty)])] = &[
             ("command_timeout_s", Ty::Int),
             ("link_timeout_s", Ty::Int),
             ("accept_new_host_keys", Ty::Bool),
+            ("ssh_config", Ty::Str),
         ],
     ),
     ("telemetry", &[("step_interval", Ty::Int), ("sample_interval_ms", Ty::Int), ("enabled", Ty::Bool)]),

@@ -227,12 +227,18 @@ impl Check<'_> {
             Ok(self.int_in(key, v.unwrap_or(default as i64), 1, 86_400)? as u64)
         };
         Ok(ClusterSsh {
-            remote_dir: path("cluster.remote_dir", &raw.remote_dir, r#"remote_dir = ".flightdeck""#)?.unwrap_or(d.remote_dir),
-            libtorch: path("cluster.libtorch", &raw.libtorch, r#"libtorch = "/opt/libtorch/lib" or "/usr/bin/python3""#)?,
+            remote_dir: path("cluster.remote_dir", &raw.remote_dir, r#"remote_dir = ".flightdeck""#)?
+                .unwrap_or(d.remote_dir),
+            libtorch: path(
+                "cluster.libtorch",
+                &raw.libtorch,
+                r#"libtorch = "/opt/libtorch/lib" or "/usr/bin/python3""#,
+            )?,
             connect_timeout_s: secs("cluster.connect_timeout_s", raw.connect_timeout_s, d.connect_timeout_s)?,
             command_timeout_s: secs("cluster.command_timeout_s", raw.command_timeout_s, d.command_timeout_s)?,
             link_timeout_s: secs("cluster.link_timeout_s", raw.link_timeout_s, d.link_timeout_s)?,
             accept_new_host_keys: raw.accept_new_host_keys.unwrap_or(false),
+            ssh_config: path("cluster.ssh_config", &raw.ssh_config, r#"ssh_config = "/home/me/.ssh/cluster_config""#)?,
         })
     }
 

@@ -34,11 +34,12 @@ pub async fn attach_nodes(
     registry: Registry,
 ) -> anyhow::Result<()> {
     let run = tracker.record.id.clone();
-    let after: Vec<u64> = (0..transports.len()).map(|k| tracker.record.acked_seq.get(k).copied().unwrap_or(0)).collect();
+    let after: Vec<u64> =
+        (0..transports.len()).map(|k| tracker.record.acked_seq.get(k).copied().unwrap_or(0)).collect();
     let mut opening = tokio::task::JoinSet::new();
     for (k, t) in transports.iter().enumerate() {
         let (t, run, after) = (t.clone(), run.clone(), after[k]);
-        opening.spawn(async move { (k, transport::connect(&t, &run, after).await) });
+        opening.spawn(async move { (k, transport::connect_within(&t, &run, after).await) });
     }
     let mut conns: Vec<Option<transport::Conn>> = (0..transports.len()).map(|_| None).collect();
     while let Some(joined) = opening.join_next().await {
@@ -98,7 +99,11 @@ struct Link {
 }
 
 impl Link {
-    async fn run(&mut self, mut incoming: mpsc::Receiver<Incoming>, mut cmds: mpsc::Receiver<AgentCommand>) -> anyhow::Result<()> {
+    async fn run(
+        &mut self,
+        mut incoming: mpsc::Receiver<Incoming>,
+        mut cmds: mpsc::Receiver<AgentCommand>,
+    ) -> anyhow::Result<()> {
         let mut tick = tokio::time::interval(FLUSH_EVERY);
         while !self.nodes.iter().all(Node::done) {
             tokio::select! {

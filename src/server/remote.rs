@@ -106,9 +106,13 @@ pub async fn launch(
     ingest.write(batch).await.map_err(anyhow::Error::msg)?;
 
     let transports = launched.iter().cloned().map(|a| Transport::Ssh(Arc::new(a))).collect();
-    let attached =
-        super::link::attach_nodes(Tracker::new(record.clone(), Vec::new()), transports, ingest.clone(), registry.clone())
-            .await;
+    let attached = super::link::attach_nodes(
+        Tracker::new(record.clone(), Vec::new()),
+        transports,
+        ingest.clone(),
+        registry.clone(),
+    )
+    .await;
     if let Err(e) = attached {
         // Started but unreachable right away: stop them, so nothing is left running anywhere.
         let left = tokio::task::spawn_blocking(move || launch::kill(&launched)).await.unwrap_or_default();

@@ -2,9 +2,7 @@
 //! it), and the task that keeps that link up: handshake, attach after the last frame received,
 //! acks and commands down, frames up, and reconnecting when an SSH link is cut.
 use crate::ids::RunId;
-use crate::protocol::{
-    read_frame_async, write_frame_async, AgentCommand, AgentFrame, Hello, Role, PROTOCOL_VERSION,
-};
+use crate::protocol::{read_frame_async, write_frame_async, AgentCommand, AgentFrame, Hello, Role, PROTOCOL_VERSION};
 use crate::ssh::bridge::BridgeEnd;
 use crate::ssh::launch::RemoteAgent;
 use std::path::PathBuf;
@@ -144,6 +142,22 @@ pub async fn connect(t: &Transport, run: &RunId, after_seq: u64) -> Result<Conn,
     Ok(Conn { frames, wr, end: conn_end })
 }
 
+/// `connect`, tried again with backoff until the transport's window closes (SSH), or once
+/// (local), unless the agent is known to be gone.
+pub async fn connect_within(t: &Transport, run: &RunId, after_seq: u64) -> Result<Conn, OpenError> {
+    let deadline = tokio::time::Instant::now() + t.window();
+    let mut backoff = Duration::from_millis(250);
+    loop {
+        match connect(t, run, after_seq).await {
+            Ok(c) => return Ok(c),
+            Err(e) if e.permanent || tokio::time::Instant::now() >= deadline => return Err(e),
+            Err(e) => tracing::info!("run {run}: connecting to {} failed, retrying: {e}", t.describe()),
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+}
+
 /// What a node's task tells the run's link task.
 #[derive(Debug)]
 pub enum Incoming {
@@ -178,7 +192,17 @@ pub fn spawn_node(
     // Commands are few (stop, kill); 8 is plenty.
     let (cmds, cmds_rx) = mpsc::channel(8);
     let ended = Arc::new(AtomicBool::new(false));
-    let task = NodeTask { k, t, run, incoming, acks: acks_rx, cmds: cmds_rx, ended: ended.clone(), last_seq: after_seq, unsent: None };
+    let task = NodeTask {
+        k,
+        t,
+        run,
+        incoming,
+        acks: acks_rx,
+        cmds: cmds_rx,
+        ended: ended.clone(),
+        last_seq: after_seq,
+        unsent: None,
+    };
     tokio::spawn(task.run(conn));
     NodeHandle { acks, cmds, ended }
 }
@@ -239,19 +263,8 @@ impl NodeTask {
         }
     }
 
-    /// Tries again with backoff until the transport's window closes.
     async fn reconnect(&mut self) -> Result<Conn, String> {
-        let deadline = tokio::time::Instant::now() + self.t.window();
-        let mut backoff = Duration::from_millis(250);
-        loop {
-            match connect(&self.t, &self.run, self.last_seq).await {
-                Ok(c) => return Ok(c),
-                Err(e) if e.permanent || tokio::time::Instant::now() >= deadline => return Err(e.message),
-                Err(e) => tracing::info!("run {} node {}: reconnect failed: {e}", self.run, self.k),
-            }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(2));
-        }
+        connect_within(&self.t, &self.run, self.last_seq).await.map_err(|e| e.message)
     }
 
     async fn serve(&mut self, conn: &mut Conn) -> Served {

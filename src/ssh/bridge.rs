@@ -42,7 +42,11 @@ pub fn open(agent: &RemoteAgent) -> Result<(UnixStream, tokio::sync::oneshot::Re
         let end = pump(&node, ch, mine, agent.limits.link);
         let _ = end_tx.send(end);
     });
-    spawned.map_err(|e| SshError::Command { host: host.clone(), what: "starting a link thread".into(), detail: e.to_string() })?;
+    spawned.map_err(|e| SshError::Command {
+        host: host.clone(),
+        what: "starting a link thread".into(),
+        detail: e.to_string(),
+    })?;
     let stream = ready_rx.recv().map_err(|_| SshError::Command {
         host,
         what: "opening the link".into(),

@@ -13,7 +13,9 @@ pub const CONFIG_ENV: &str = "FLIGHTDECK_SSH_CONFIG";
 
 #[derive(Debug, Error)]
 pub enum ConfigError {
-    #[error("host {spec:?}: {problem}; hosts are SSH destinations like \"node-a\", \"user@node-b:2222\" or \"[::1]:22\"")]
+    #[error(
+        "host {spec:?}: {problem}; hosts are SSH destinations like \"node-a\", \"user@node-b:2222\" or \"[::1]:22\""
+    )]
     BadSpec { spec: String, problem: String },
     #[error("reading the SSH config {path}: {source}")]
     Read { path: PathBuf, source: std::io::Error },
@@ -115,10 +117,14 @@ pub fn local_user() -> String {
     "root".to_string()
 }
 
-/// Resolves a host spec through the config file in force.
-pub fn resolve(spec: &str) -> Result<Target, ConfigError> {
-    let text = match config_path() {
-        Some(path) => Some((std::fs::read_to_string(&path).map_err(|source| ConfigError::Read { path: path.clone(), source })?, path)),
+/// Resolves a host spec through `explicit` (a recipe's cluster.ssh_config), else the config
+/// file in force.
+pub fn resolve(spec: &str, explicit: Option<&Path>) -> Result<Target, ConfigError> {
+    let text = match explicit.map(Path::to_path_buf).or_else(config_path) {
+        Some(path) => Some((
+            std::fs::read_to_string(&path).map_err(|source| ConfigError::Read { path: path.clone(), source })?,
+            path,
+        )),
         None => None,
     };
     resolve_with(spec, text.as_ref().map(|(t, p)| (t.as_str(), p.as_path())))
@@ -173,8 +179,11 @@ fn apply_config(text: &str, path: &Path, alias: &str, found: &mut Found) -> Resu
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        let (key, value) = split_keyword(line)
-            .ok_or_else(|| ConfigError::BadLine { path: path.to_path_buf(), line: i + 1, problem: format!("{line:?} has a keyword but no value") })?;
+        let (key, value) = split_keyword(line).ok_or_else(|| ConfigError::BadLine {
+            path: path.to_path_buf(),
+            line: i + 1,
+            problem: format!("{line:?} has a keyword but no value"),
+        })?;
         let key = key.to_ascii_lowercase();
         match key.as_str() {
             "host" => active = host_matches(&value, alias),

@@ -118,18 +118,24 @@ fn libtorch_dir(node: &Node, given: &str) -> Result<String, SshError> {
 /// `tag` makes the upload's temporary name unique among concurrent uploads.
 pub fn deploy(node: &Node, layout: &Layout, tag: &str) -> Result<Deployed, SshError> {
     let host = node.host();
-    let hash = local_sha256().map_err(|detail| SshError::Command { host: host.clone(), what: "hashing".into(), detail })?;
+    let hash =
+        local_sha256().map_err(|detail| SshError::Command { host: host.clone(), what: "hashing".into(), detail })?;
     let exe = quote("the remote binary path", &layout.exe)?;
-    let present = node.run("checking the installed binary", &format!("sha256sum -- {exe} 2>/dev/null"), None)?;
-    if present.status == 0 && present.stdout.split_whitespace().next() == Some(hash) {
+    // The marker is written only after a verified install, so reading it is the cheap check
+    // (hashing ~100 MB again on every launch costs about a second per node).
+    let marker = quote("the checksum marker path", &format!("{}.sha256", layout.exe))?;
+    let present = node.run("checking the installed binary", &format!("test -x {exe} && cat -- {marker}"), None)?;
+    if present.status == 0 && present.stdout.trim() == hash {
         return Ok(Deployed::Present);
     }
     let dir = layout.exe.rsplit_once('/').map(|(d, _)| d).unwrap_or(".");
     let tmp = format!("{dir}/.upload-{tag}");
     let (qdir, qtmp) = (quote("the remote binary directory", dir)?, quote("the upload path", &tmp)?);
-    let local = std::env::current_exe()
-        .and_then(std::fs::read)
-        .map_err(|e| SshError::Command { host: host.clone(), what: "reading this binary".into(), detail: e.to_string() })?;
+    let local = std::env::current_exe().and_then(std::fs::read).map_err(|e| SshError::Command {
+        host: host.clone(),
+        what: "reading this binary".into(),
+        detail: e.to_string(),
+    })?;
     node.check("uploading the binary", &format!("mkdir -p -- {qdir} && cat > {qtmp}"), Some(&local))?;
     let sum = node.check("verifying the upload", &format!("sha256sum -- {qtmp}"), None)?;
     let got = sum.split_whitespace().next().unwrap_or("").to_string();
@@ -142,7 +148,8 @@ pub fn deploy(node: &Node, layout: &Layout, tag: &str) -> Result<Deployed, SshEr
         });
     }
     // mv within one directory is atomic: a concurrent launch sees the old state or the whole file.
-    node.check("installing the binary", &format!("chmod 755 -- {qtmp} && mv -f -- {qtmp} {exe}"), None)?;
+    let install = format!("chmod 755 -- {qtmp} && mv -f -- {qtmp} {exe} && printf '%s\\n' {hash} > {marker}");
+    node.check("installing the binary", &install, None)?;
     Ok(Deployed::Uploaded { bytes: local.len() as u64 })
 }
 
@@ -152,7 +159,11 @@ mod tests {
 
     #[test]
     fn commands_quote_every_word_and_prepend_libtorch() {
-        let l = Layout { root: "/r".into(), exe: "/r/bin/x y/flightdeck".into(), libtorch: Some("/opt/torch $(id)".into()) };
+        let l = Layout {
+            root: "/r".into(),
+            exe: "/r/bin/x y/flightdeck".into(),
+            libtorch: Some("/opt/torch $(id)".into()),
+        };
         let cmd = l.command(&[("arg", "agent"), ("dir", "/r/runs/a;b")]).unwrap();
         assert_eq!(
             cmd,

@@ -87,7 +87,7 @@ impl Plan<'_> {
                         .into(),
                 });
             }
-            targets.push(config::resolve(spec)?);
+            targets.push(config::resolve(spec, recipe.cluster.ssh.ssh_config.as_deref().map(std::path::Path::new))?);
         }
         Ok(Plan { run, recipe, recipe_json, targets, limits: Limits::from_recipe(&recipe.cluster) })
     }
@@ -254,12 +254,7 @@ fn node_thread(
 type Prepared = (Layout, String);
 
 /// Probe, deploy, and upload the recipe; on failure, what exists to remove.
-fn prepare(
-    plan: &Plan,
-    k: usize,
-    node: &Node,
-    say: &dyn Fn(&str),
-) -> Result<Prepared, (SshError, Option<Prepared>)> {
+fn prepare(plan: &Plan, k: usize, node: &Node, say: &dyn Fn(&str)) -> Result<Prepared, (SshError, Option<Prepared>)> {
     let c = &plan.recipe.cluster;
     let layout = deploy::probe(node, &c.ssh.remote_dir, c.ssh.libtorch.as_deref()).map_err(|e| (e, None))?;
     let tag = format!("{}-{k}", plan.run);
@@ -279,11 +274,24 @@ fn prepare(
 }
 
 /// Writes the node's spec and starts its agent detached; returns (agent pid, rendezvous port).
-fn start(plan: &Plan, k: usize, node: &Node, layout: &Layout, dir: &str, master_port: u16) -> Result<(u32, u16), SshError> {
-    let spec = serde_json::to_vec_pretty(&plan.spec(k, &layout.exe, master_port))
-        .map_err(|e| SshError::Command { host: node.host(), what: "writing the spec".into(), detail: e.to_string() })?;
+fn start(
+    plan: &Plan,
+    k: usize,
+    node: &Node,
+    layout: &Layout,
+    dir: &str,
+    master_port: u16,
+) -> Result<(u32, u16), SshError> {
+    let spec = serde_json::to_vec_pretty(&plan.spec(k, &layout.exe, master_port)).map_err(|e| SshError::Command {
+        host: node.host(),
+        what: "writing the spec".into(),
+        detail: e.to_string(),
+    })?;
     let spec_path = quote("the spec path", &format!("{dir}/spec.json"))?;
-    let cmd = format!("cat > {spec_path} && {}", layout.command(&[("", "agent"), ("", "start"), ("", "--run-dir"), ("the node's run directory", dir)])?);
+    let cmd = format!(
+        "cat > {spec_path} && {}",
+        layout.command(&[("", "agent"), ("", "start"), ("", "--run-dir"), ("the node's run directory", dir)])?
+    );
     let out = node.check("starting the agent", &cmd, Some(&spec))?;
     let ready = out.lines().find_map(|l| l.strip_prefix("ready ")).unwrap_or("");
     let mut words = ready.split_whitespace().map(str::parse::<u32>);

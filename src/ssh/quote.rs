@@ -77,7 +77,10 @@ mod tests {
 
     #[test]
     fn plain_words_stay_readable_and_nul_is_refused() {
-        assert_eq!(quote("p", "/opt/flightdeck/bin/0.1.0-abc/flightdeck").unwrap(), "/opt/flightdeck/bin/0.1.0-abc/flightdeck");
+        assert_eq!(
+            quote("p", "/opt/flightdeck/bin/0.1.0-abc/flightdeck").unwrap(),
+            "/opt/flightdeck/bin/0.1.0-abc/flightdeck"
+        );
         assert_eq!(quote("p", "a'b").unwrap(), r"'a'\''b'");
         assert_eq!(quote("p", "").unwrap(), "''");
         let err = quote("cluster.remote_dir", "a\0b").unwrap_err();

@@ -53,9 +53,10 @@ pub fn check(sess: &Session, t: &Target, accept_new: bool) -> Result<Verdict, Tr
     let (key_type, short) = key_names(kind);
     let mut known = sess.known_hosts().map_err(|e| TrustError::Check { host: host.clone(), detail: e.to_string() })?;
     for file in t.known_hosts.iter().filter(|f| f.is_file()) {
-        known
-            .read_file(file, KnownHostFileKind::OpenSSH)
-            .map_err(|e| TrustError::Check { host: host.clone(), detail: format!("reading {}: {e}", file.display()) })?;
+        known.read_file(file, KnownHostFileKind::OpenSSH).map_err(|e| TrustError::Check {
+            host: host.clone(),
+            detail: format!("reading {}: {e}", file.display()),
+        })?;
     }
     let pattern = host_pattern(&t.hostname, t.port);
     match known.check_port(&t.hostname, t.port, key) {
