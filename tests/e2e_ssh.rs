@@ -122,15 +122,17 @@ fn cutting_a_nodes_link_mid_run_loses_no_step() {
         return;
     }
     let lab = Lab::new(2);
+    lab.preinstall();
     let db = Db::new();
-    let args = launch_args(&lab, "tiny-gpt.toml", "node0,node1", &["--ranks-per-node", "1", "--set", "train.steps=60"]);
+    let args = launch_args(&lab, "tiny-gpt.toml", "node0,node1", &["--ranks-per-node", "1", "--set", "train.steps=40"]);
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut child = ssh_cmd(&db, &lab, &refs).stdout(std::process::Stdio::piped()).spawn().unwrap();
     let mut lines = stdout_lines(&mut child);
     read_until(&mut lines, |l| progress_step(l).is_some_and(|s| s >= 5));
-    // The fault: node1's network is down for longer than the link timeout (2 s), then back.
+    // The fault: node1's network is down for longer than the link timeout (2 s) plus the
+    // keepalive interval (1 s), so the server notices; then it is back.
     lab.link(1, false);
-    std::thread::sleep(std::time::Duration::from_secs(6));
+    std::thread::sleep(std::time::Duration::from_secs(5));
     lab.link(1, true);
     let end = read_until(&mut lines, |l| l.starts_with("run ") && !l.contains(" rank(s), "));
     assert!(end.contains("succeeded"), "{end}");
@@ -139,7 +141,7 @@ fn cutting_a_nodes_link_mid_run_loses_no_step() {
     let ev = events(&db, &id);
     assert!(ev.iter().any(|e| e.starts_with("lost the link to node1")), "{ev:#?}");
     assert!(ev.iter().any(|e| e.starts_with("reconnected to node1")), "{ev:#?}");
-    assert_every_step(&losses(&db, &id), 60, 2);
+    assert_every_step(&losses(&db, &id), 40, 2);
     db.finish();
     lab.assert_nothing_running();
 }
@@ -150,8 +152,9 @@ fn server_kill_9_mid_ssh_run_reattaches_and_stores_every_step() {
         return;
     }
     let lab = Lab::new(2);
+    lab.preinstall();
     let db = Db::new();
-    let args = launch_args(&lab, "tiny-gpt.toml", "node0,node1", &["--ranks-per-node", "1", "--set", "train.steps=60"]);
+    let args = launch_args(&lab, "tiny-gpt.toml", "node0,node1", &["--ranks-per-node", "1", "--set", "train.steps=40"]);
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut child = ssh_cmd(&db, &lab, &refs).stdout(std::process::Stdio::piped()).spawn().unwrap();
     let mut lines = stdout_lines(&mut child);
@@ -168,7 +171,7 @@ fn server_kill_9_mid_ssh_run_reattaches_and_stores_every_step() {
     db.wait_server_exit();
     let show = db.json(&["show", &id, "--json"]);
     assert_eq!(show["run"]["status"], "succeeded", "{}", show["run"]);
-    assert_every_step(&losses(&db, &id), 60, 2);
+    assert_every_step(&losses(&db, &id), 40, 2);
     db.finish();
     lab.assert_nothing_running();
 }
@@ -179,6 +182,7 @@ fn host_keys_unknown_refused_accept_new_recorded_changed_and_wrong_user_key_refu
         return;
     }
     let lab = Lab::new(2);
+    lab.preinstall();
     let db = Db::new();
     // Unknown: refused with the fingerprint and the exact line that trusts it.
     std::fs::write(lab.known_hosts(), "").unwrap();
@@ -231,6 +235,7 @@ fn an_unreachable_host_fails_the_launch_within_its_timeout_and_rolls_back_the_ot
         return;
     }
     let lab = Lab::new(2);
+    lab.preinstall();
     let db = Db::new();
     lab.link(1, false);
     let started = std::time::Instant::now();

@@ -17,6 +17,8 @@ use tokio::sync::{mpsc, watch};
 /// Frames per batch at most; with the flush interval this bounds ack latency and batch size.
 const BATCH_FRAMES: usize = 2048;
 const FLUSH_EVERY: Duration = Duration::from_millis(100);
+/// How long the last acks may take to reach the agents when a run ends.
+const ACK_GRACE: Duration = Duration::from_secs(10);
 /// Batches a watcher may fall behind (about 25 s at the flush interval) before it is told it
 /// lagged and must reload from the store.
 const WATCH_BACKLOG: usize = 256;
@@ -137,7 +139,26 @@ impl Link {
             self.ingest.write(batch).await.map_err(anyhow::Error::msg)?;
         }
         self.publish(true);
+        self.deliver_last_acks().await;
         Ok(())
+    }
+
+    /// Lets every node task send its last ack before the run is deregistered (after which the
+    /// server may exit): an agent that never hears it would linger for its whole grace period.
+    async fn deliver_last_acks(&mut self) {
+        let tasks: Vec<_> = self
+            .nodes
+            .drain(..)
+            .map(|n| {
+                // Dropping the senders tells each task that nothing newer will come.
+                let NodeHandle { task, .. } = n.handle;
+                task
+            })
+            .collect();
+        for task in tasks {
+            // Bounded: a node whose link is down cannot take the ack, and its agent times out.
+            let _ = tokio::time::timeout(ACK_GRACE, task).await;
+        }
     }
 
     async fn frame(&mut self, k: usize, mut f: AgentFrame) -> anyhow::Result<()> {

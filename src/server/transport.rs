@@ -177,6 +177,8 @@ pub struct NodeHandle {
     pub cmds: mpsc::Sender<AgentCommand>,
     /// Set once the node's RunEnded frame arrived: its agent's exit is then expected.
     pub ended: Arc<AtomicBool>,
+    /// The node task: it ends once the last ack is delivered (or the link is gone).
+    pub task: tokio::task::JoinHandle<()>,
 }
 
 /// Starts the task that keeps node `k`'s link up.
@@ -203,8 +205,8 @@ pub fn spawn_node(
         last_seq: after_seq,
         unsent: None,
     };
-    tokio::spawn(task.run(conn));
-    NodeHandle { acks, cmds, ended }
+    let task = tokio::spawn(task.run(conn));
+    NodeHandle { acks, cmds, ended, task }
 }
 
 struct NodeTask {

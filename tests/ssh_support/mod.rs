@@ -141,8 +141,17 @@ impl Lab {
             ak = self.path().join("authorized_keys").display(),
         );
         std::fs::write(&config, text).unwrap();
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &self.hosts[i].ns, "/usr/sbin/sshd", "-D", "-e", "-f"])
+        // Each node gets its own core where there are enough (what it would have on a real
+        // cluster): ranks size their thread pools by the cores they may use, and nodes that all
+        // think they own the whole machine oversubscribe it many times over.
+        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.hosts[i].ns]);
+        if cores > 1 && Path::new("/usr/bin/taskset").exists() {
+            cmd.args(["/usr/bin/taskset", "-c", &(i % cores).to_string()]);
+        }
+        let mut child = cmd
+            .args(["/usr/sbin/sshd", "-D", "-e", "-f"])
             .arg(&config)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -226,6 +235,21 @@ impl Lab {
     pub fn fingerprint(&self, i: usize) -> String {
         let out = sh(&["ssh-keygen", "-l", "-f", self.hosts[i].host_key_pub.to_str().unwrap()]).unwrap();
         out.split_whitespace().nth(1).unwrap().to_string()
+    }
+
+    /// Installs the binary on the nodes as a launch would (a hard link, with its checksum
+    /// marker), so that tests other than the one about deploying skip the 100 MB upload.
+    pub fn preinstall(&self) {
+        static HASH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        let bin = crate::common::bin();
+        let hash = HASH.get_or_init(|| {
+            let out = sh(&["sha256sum", bin.to_str().unwrap()]).expect("sha256sum");
+            out.split_whitespace().next().unwrap().to_string()
+        });
+        let dir = self.remote_dir().join("bin").join(format!("{}-{}", env!("CARGO_PKG_VERSION"), &hash[..16]));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::hard_link(&bin, dir.join("flightdeck")).or_else(|_| std::fs::copy(&bin, dir.join("flightdeck")).map(|_| ())).unwrap();
+        std::fs::write(dir.join("flightdeck.sha256"), format!("{hash}\n")).unwrap();
     }
 
     pub fn link(&self, i: usize, up: bool) {
