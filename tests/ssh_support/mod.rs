@@ -248,7 +248,9 @@ impl Lab {
         });
         let dir = self.remote_dir().join("bin").join(format!("{}-{}", env!("CARGO_PKG_VERSION"), &hash[..16]));
         std::fs::create_dir_all(&dir).unwrap();
-        std::fs::hard_link(&bin, dir.join("flightdeck")).or_else(|_| std::fs::copy(&bin, dir.join("flightdeck")).map(|_| ())).unwrap();
+        std::fs::hard_link(&bin, dir.join("flightdeck"))
+            .or_else(|_| std::fs::copy(&bin, dir.join("flightdeck")).map(|_| ()))
+            .unwrap();
         std::fs::write(dir.join("flightdeck.sha256"), format!("{hash}\n")).unwrap();
     }
 
