@@ -217,7 +217,7 @@ fn node_thread(
         Ok(x) => x,
         Err((e, dir)) => {
             fail(e);
-            return dir.map_or(Ok(None), |(_, dir)| remove(&node, &dir, None).map(|_| None));
+            return dir.map_or(Ok(None), |dir| remove(&node, &dir, None).map(|_| None));
         }
     };
     let _ = report.send((k, Report::Prepared));
@@ -253,8 +253,8 @@ fn node_thread(
 
 type Prepared = (Layout, String);
 
-/// Probe, deploy, and upload the recipe; on failure, what exists to remove.
-fn prepare(plan: &Plan, k: usize, node: &Node, say: &dyn Fn(&str)) -> Result<Prepared, (SshError, Option<Prepared>)> {
+/// Probe, deploy, and upload the recipe; on failure, the run directory to remove if one exists.
+fn prepare(plan: &Plan, k: usize, node: &Node, say: &dyn Fn(&str)) -> Result<Prepared, (SshError, Option<String>)> {
     let c = &plan.recipe.cluster;
     let layout = deploy::probe(node, &c.ssh.remote_dir, c.ssh.libtorch.as_deref()).map_err(|e| (e, None))?;
     let tag = format!("{}-{k}", plan.run);
@@ -265,12 +265,10 @@ fn prepare(plan: &Plan, k: usize, node: &Node, say: &dyn Fn(&str)) -> Result<Pre
         }
     }
     let dir = format!("{}/runs/{}/node-{k}", layout.root, plan.run);
-    let q = |v: &str| quote("the node's run directory", v).map_err(|e| (e.into(), None));
+    let q = |v: &str| quote("the node's run directory", v).map_err(|e| (SshError::from(e), None));
     let cmd = format!("mkdir -p -- {} && cat > {}", q(&format!("{dir}/logs"))?, q(&format!("{dir}/recipe.json"))?);
-    let prepared = (layout, dir);
-    node.check("writing the recipe", &cmd, Some(plan.recipe_json.as_bytes()))
-        .map_err(|e| (e, Some(prepared.clone())))?;
-    Ok(prepared)
+    node.check("writing the recipe", &cmd, Some(plan.recipe_json.as_bytes())).map_err(|e| (e, Some(dir.clone())))?;
+    Ok((layout, dir))
 }
 
 /// Writes the node's spec and starts its agent detached; returns (agent pid, rendezvous port).

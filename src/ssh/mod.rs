@@ -29,7 +29,7 @@ pub enum SshError {
     #[error("{host}: SSH handshake failed: {detail}")]
     Handshake { host: String, detail: String },
     #[error(transparent)]
-    Trust(#[from] trust::TrustError),
+    Trust(#[from] Box<trust::TrustError>),
     #[error("{host}: authentication as {user:?} failed; tried {}. Load a key into ssh-agent (ssh-add) or name one with IdentityFile in the SSH config", tried.join("; "))]
     Auth { host: String, user: String, tried: Vec<String> },
     #[error("{host}: {what}: no progress within {timeout_s} s (cluster.command_timeout_s)")]

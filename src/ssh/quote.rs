@@ -57,18 +57,18 @@ mod tests {
         let canary = dir.path().join("ran");
         let c = canary.display().to_string();
         let hostile = [
-            format!("a b  c"),
-            format!("it's \"quoted\""),
+            "a b  c".to_string(),
+            "it's \"quoted\"".to_string(),
             format!("x; touch {c}"),
             format!("$(touch {c})"),
             format!("`touch {c}`"),
             format!("line1\ntouch {c}\nline3"),
             format!("'; touch {c}; echo '"),
             format!("${{HOME}} $HOME ~ * ? [a] | & > {c} < /dev/null"),
-            format!("\\' \\\" \\\\"),
+            "\\' \\\" \\\\".to_string(),
             String::new(),
-            format!("-n"),
-            format!("ünïcødé ☃"),
+            "-n".to_string(),
+            "ünïcødé ☃".to_string(),
         ];
         let refs: Vec<&str> = hostile.iter().map(String::as_str).collect();
         assert_eq!(through_sh(&refs), hostile, "every value arrives as exactly one literal word");

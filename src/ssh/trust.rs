@@ -46,7 +46,7 @@ pub enum Verdict {
 static RECORD: Mutex<()> = Mutex::new(());
 
 /// Checks the session's host key (after the handshake, before authentication).
-pub fn check(sess: &Session, t: &Target, accept_new: bool) -> Result<Verdict, TrustError> {
+pub fn check(sess: &Session, t: &Target, accept_new: bool) -> Result<Verdict, Box<TrustError>> {
     let host = t.display();
     let (key, kind) = sess.host_key().ok_or_else(|| TrustError::NoKey { host: host.clone() })?;
     let fingerprint = fingerprint(sess);
@@ -61,14 +61,16 @@ pub fn check(sess: &Session, t: &Target, accept_new: bool) -> Result<Verdict, Tr
     let pattern = host_pattern(&t.hostname, t.port);
     match known.check_port(&t.hostname, t.port, key) {
         CheckResult::Match => Ok(Verdict::Known),
-        CheckResult::Mismatch => Err(TrustError::Changed {
+        CheckResult::Mismatch => Err(Box::new(TrustError::Changed {
             host,
             key_type: key_type.to_uppercase(),
             fingerprint,
             files: t.known_hosts.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(", "),
             pattern,
-        }),
-        CheckResult::Failure => Err(TrustError::Check { host, detail: "libssh2 could not compare the key".into() }),
+        })),
+        CheckResult::Failure => {
+            Err(Box::new(TrustError::Check { host, detail: "libssh2 could not compare the key".into() }))
+        }
         CheckResult::NotFound => {
             let line = format!("{pattern} {key_type} {}", base64(key));
             let file = t.known_hosts.first().cloned().unwrap_or_else(|| super::config::home().join(".ssh/known_hosts"));
@@ -76,14 +78,14 @@ pub fn check(sess: &Session, t: &Target, accept_new: bool) -> Result<Verdict, Tr
                 record(&file, &line).map_err(|source| TrustError::Record { host, file, source })?;
                 return Ok(Verdict::AcceptedNew(fingerprint));
             }
-            Err(TrustError::Unknown {
+            Err(Box::new(TrustError::Unknown {
                 host,
                 key_type: short.to_uppercase(),
                 short: short.to_string(),
                 fingerprint,
                 line,
                 file: file.display().to_string(),
-            })
+            }))
         }
     }
 }
