@@ -316,3 +316,42 @@ fn hostile_recipe_values_reach_the_node_literally_and_run_nothing() {
     db.finish();
     lab.assert_nothing_running();
 }
+
+#[test]
+fn doctor_checks_every_node_in_parallel_in_one_table() {
+    if skip("doctor_checks_every_node_in_parallel_in_one_table") {
+        return;
+    }
+    let lab = Lab::new(2);
+    lab.preinstall();
+    let db = Db::new();
+    let remote = format!("cluster.remote_dir={:?}", lab.remote_dir().display().to_string());
+    let out = ssh_cmd(&db, &lab, &["doctor", "--hosts", "node0,node1", "--set", &remote]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out));
+    let header = stdout.lines().next().unwrap();
+    for col in ["HOST", "reach", "auth", "binary", "libtorch", "nvml", "gpus", "ports", "disk"] {
+        assert!(header.contains(col), "{header}");
+    }
+    for host in ["node0", "node1"] {
+        let row = stdout.lines().find(|l| l.starts_with(host)).unwrap_or_else(|| panic!("no row for {host}: {stdout}"));
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(&cells[1..5], ["ok", "ok", "ok", "ok"], "reach, auth, binary, libtorch: {row}");
+        assert_eq!(cells[7], "ok", "ports: {row}");
+    }
+    // An unreachable node fails its row, not the others.
+    lab.link(1, false);
+    let out = ssh_cmd(
+        &db,
+        &lab,
+        &["doctor", "--hosts", "node0,node1", "--set", &remote, "--set", "cluster.connect_timeout_s=2"],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.lines().any(|l| l.starts_with("node1") && l.split_whitespace().nth(1) == Some("FAIL")), "{stdout}");
+    assert!(stdout.lines().any(|l| l.starts_with("node0") && l.split_whitespace().nth(3) == Some("ok")), "{stdout}");
+    assert!(stdout.contains("node1 reach: node1") && stdout.contains("cannot connect within 2 s"), "{stdout}");
+    lab.assert_nothing_running();
+}
