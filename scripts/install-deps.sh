@@ -11,6 +11,11 @@ have tmux || need+=(tmux)
 # Stack dumps of hung ranks: eu-stack (fast: it stops a rank for milliseconds), gdb as fallback.
 have eu-stack || need+=(elfutils)
 have gdb || need+=(gdb)
+# ssh2 builds libssh2 against OpenSSL; the SSH tests run real sshd in network namespaces.
+[ -e /usr/include/openssl/ssl.h ] || need+=(libssl-dev)
+[ -x /usr/sbin/sshd ] || need+=(openssh-server)
+have ssh-keygen || need+=(openssh-client)
+have ip || need+=(iproute2)
 if [ ${#need[@]} -gt 0 ]; then
   echo "install-deps: installing ${need[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive

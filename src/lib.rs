@@ -14,6 +14,7 @@ pub mod paths;
 pub mod protocol;
 pub mod recipe;
 pub mod server;
+pub mod ssh;
 pub mod store;
 pub mod ui;
 #[cfg(feature = "torch")]

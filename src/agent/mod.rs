@@ -7,6 +7,7 @@ pub mod nvml;
 pub mod nvml_decode;
 mod outbox;
 mod ranks;
+pub mod remote;
 mod sampler;
 pub mod stacks;
 mod telemetry;
@@ -110,6 +111,8 @@ async fn run(mut spec: AgentSpec, paths: RunDirPaths) -> anyhow::Result<()> {
             .context("binding the rendezvous store")?;
         spec.master_port = store.local_addr().port();
         store.spawn();
+        // `agent start` tells an SSH launcher this port, for the other nodes' MASTER_PORT.
+        std::fs::write(remote::port_file(&paths), spec.master_port.to_string())?;
     }
     std::fs::create_dir_all(paths.root.join("logs"))?;
     let agent_listener = bind_fresh(&paths.agent_socket())?;

@@ -16,7 +16,43 @@ struct Check {
     detail: String,
 }
 
-pub fn doctor(db: &DbPaths) -> i32 {
+/// `flightdeck doctor [--hosts ...] [--json]`.
+#[derive(clap::Args, Debug)]
+pub struct DoctorArgs {
+    /// Check these SSH nodes instead of this machine (comma-separated; like cluster.hosts).
+    #[arg(long, value_delimiter = ',')]
+    pub hosts: Vec<String>,
+    /// Take the nodes' settings ([cluster]: remote_dir, libtorch, timeouts) from this recipe,
+    /// and its hosts when --hosts is not given.
+    #[arg(long)]
+    pub recipe: Option<std::path::PathBuf>,
+    /// Override a recipe key (repeatable), e.g. --set cluster.libtorch=/opt/libtorch/lib.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub overrides: Vec<String>,
+    /// Trust SSH host keys seen for the first time and record them (like accept-new).
+    #[arg(long)]
+    pub accept_new_host_keys: bool,
+    /// This machine's checks as JSON (what `doctor --hosts` reads from each node).
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn main(db: &DbPaths, args: DoctorArgs) -> anyhow::Result<i32> {
+    if !args.hosts.is_empty() || args.recipe.is_some() {
+        return super::doctor_hosts::run(args);
+    }
+    Ok(doctor(db, args.json))
+}
+
+fn level_name(level: Level) -> &'static str {
+    match level {
+        Level::Ok => "ok",
+        Level::Warn => "warn",
+        Level::Fail => "FAIL",
+    }
+}
+
+pub fn doctor(db: &DbPaths, json: bool) -> i32 {
     // libtorch's CUDA half first: loading it brings in the NCCL that PyTorch ships, which the
     // nccl check then finds.
     let gpu = super::doctor_gpu::checks();
@@ -26,15 +62,18 @@ pub fn doctor(db: &DbPaths) -> i32 {
         level: if ok { Level::Ok } else { Level::Warn },
         detail,
     }));
-    checks.extend([database(db), disk(db), ports(), stack_tools(), ssh()]);
-    println!("{:<10} {:<5} DETAIL", "CHECK", "STATE");
-    for c in &checks {
-        let state = match c.level {
-            Level::Ok => "ok",
-            Level::Warn => "warn",
-            Level::Fail => "FAIL",
-        };
-        println!("{:<10} {:<5} {}", c.name, state, c.detail);
+    checks.extend([gpus(), database(db), disk(db), ports(), stack_tools(), ssh()]);
+    if json {
+        let list: Vec<serde_json::Value> = checks
+            .iter()
+            .map(|c| serde_json::json!({"name": c.name, "state": level_name(c.level), "detail": c.detail}))
+            .collect();
+        println!("{}", serde_json::json!({"version": 1, "checks": list}));
+    } else {
+        println!("{:<10} {:<5} DETAIL", "CHECK", "STATE");
+        for c in &checks {
+            println!("{:<10} {:<5} {}", c.name, level_name(c.level), c.detail);
+        }
     }
     if checks.iter().any(|c| c.level == Level::Fail) {
         super::EXIT_FAILURE
@@ -113,5 +152,17 @@ fn ssh() -> Check {
         Check { name: "ssh", level: Level::Ok, detail: "ssh client present".into() }
     } else {
         Check { name: "ssh", level: Level::Warn, detail: "no ssh client (only needed for `ssh` debugging)".into() }
+    }
+}
+
+fn gpus() -> Check {
+    let Ok(n) = nvml_wrapper::Nvml::init() else {
+        return Check { name: "gpus", level: Level::Warn, detail: "no NVML: no GPUs visible (CPU ranks only)".into() };
+    };
+    let count = n.device_count().unwrap_or(0);
+    let names: Vec<String> = (0..count).filter_map(|i| n.device_by_index(i).ok().and_then(|d| d.name().ok())).collect();
+    match count {
+        0 => Check { name: "gpus", level: Level::Warn, detail: "0 GPUs (CPU ranks only)".into() },
+        _ => Check { name: "gpus", level: Level::Ok, detail: format!("{count}: {}", names.join(", ")) },
     }
 }

@@ -2,6 +2,7 @@
 mod ckpts;
 mod doctor;
 mod doctor_gpu;
+mod doctor_hosts;
 mod output;
 mod query;
 mod resume;
@@ -43,8 +44,8 @@ pub enum Cmd {
     Stop { run: String },
     /// Immediate SIGKILL of every rank.
     Kill { run: String },
-    /// Check libtorch, NVML, NCCL, disk and ports on this machine.
-    Doctor,
+    /// Check libtorch, NVML, NCCL, disk and ports on this machine, or on nodes (`--hosts`).
+    Doctor(doctor::DoctorArgs),
     /// The database owner; normally started on demand by any client.
     Server {
         #[arg(long)]
@@ -52,10 +53,7 @@ pub enum Cmd {
     },
     /// Internal: a node agent, started by launchers.
     #[command(hide = true)]
-    Agent {
-        #[arg(long)]
-        run_dir: PathBuf,
-    },
+    Agent(AgentArgs),
     /// Internal: a training rank, started by agents with the torchrun environment.
     #[command(hide = true)]
     Worker,
@@ -95,9 +93,9 @@ pub fn main() -> i32 {
     let result = match cli.command {
         None => client_runtime().and_then(|rt| rt.block_on(crate::ui::run(&db, crate::ui::Start::Home))),
         Some(Cmd::Server { foreground }) => crate::server::main(db, foreground).map(|_| 0),
-        Some(Cmd::Agent { run_dir }) => crate::agent::main(run_dir).map(|_| 0),
+        Some(Cmd::Agent(args)) => agent(args),
         Some(Cmd::Worker) => worker(),
-        Some(Cmd::Doctor) => Ok(doctor::doctor(&db)),
+        Some(Cmd::Doctor(args)) => doctor::main(&db, args),
         Some(cmd) => client_runtime().and_then(|rt| rt.block_on(client_command(&db, cmd))),
     };
     match result {
@@ -136,10 +134,43 @@ async fn client_command(db: &DbPaths, cmd: Cmd) -> anyhow::Result<i32> {
         Cmd::Resume(args) => resume::resume(db, args).await,
         Cmd::Stacks(args) => stacks::stacks(db, args).await,
         Cmd::BenchUi(args) => crate::ui::bench::run(args).await,
-        Cmd::Server { .. } | Cmd::Agent { .. } | Cmd::Worker | Cmd::Doctor => unreachable_command(),
+        Cmd::Server { .. } | Cmd::Agent(_) | Cmd::Worker | Cmd::Doctor(_) => unreachable_command(),
     }
 }
 
 fn unreachable_command() -> anyhow::Result<i32> {
     anyhow::bail!("internal: this command is not a client command")
+}
+
+/// `flightdeck agent --run-dir DIR` runs a node's agent; `start` and `connect` serve SSH launchers.
+#[derive(clap::Args, Debug)]
+pub struct AgentArgs {
+    #[command(subcommand)]
+    pub action: Option<AgentAction>,
+    /// The node's run directory (with its spec.json).
+    #[arg(long)]
+    pub run_dir: Option<PathBuf>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum AgentAction {
+    /// Start the agent detached, wait until it is ready, print `ready PID PORT`.
+    Start {
+        #[arg(long)]
+        run_dir: PathBuf,
+    },
+    /// Bridge stdin/stdout to the agent's socket (the SSH transport's far end).
+    Connect {
+        #[arg(long)]
+        run_dir: PathBuf,
+    },
+}
+
+fn agent(args: AgentArgs) -> anyhow::Result<i32> {
+    match (args.action, args.run_dir) {
+        (Some(AgentAction::Start { run_dir }), _) => crate::agent::remote::start(run_dir),
+        (Some(AgentAction::Connect { run_dir }), _) => crate::agent::remote::connect(run_dir),
+        (None, Some(run_dir)) => crate::agent::main(run_dir).map(|_| 0),
+        (None, None) => anyhow::bail!("flightdeck agent needs --run-dir DIR (it is started by launchers)"),
+    }
 }

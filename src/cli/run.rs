@@ -25,6 +25,14 @@ pub struct RunArgs {
     /// Print progress lines instead of opening the cockpit; exit with the run's outcome.
     #[arg(long)]
     pub headless: bool,
+    /// The OpenSSH client config for host aliases (like `ssh -F`; default $FLIGHTDECK_SSH_CONFIG,
+    /// else ~/.ssh/config). Sets cluster.ssh_config.
+    #[arg(long, value_name = "FILE")]
+    pub ssh_config: Option<PathBuf>,
+    /// Trust SSH host keys seen for the first time and record them (like OpenSSH's
+    /// accept-new); a changed key is still refused. Sets cluster.accept_new_host_keys.
+    #[arg(long)]
+    pub accept_new_host_keys: bool,
 }
 
 pub async fn run(db: &DbPaths, args: RunArgs) -> anyhow::Result<i32> {
@@ -32,6 +40,19 @@ pub async fn run(db: &DbPaths, args: RunArgs) -> anyhow::Result<i32> {
     if !args.hosts.is_empty() {
         let quoted: Vec<String> = args.hosts.iter().map(|h| format!("{h:?}")).collect();
         overrides.push(format!("cluster.hosts=[{}]", quoted.join(",")));
+    }
+    // The server may have been started by another shell: the config this client means travels
+    // with the recipe.
+    let ssh_config = args
+        .ssh_config
+        .clone()
+        .or_else(|| std::env::var_os(crate::ssh::config::CONFIG_ENV).filter(|v| !v.is_empty()).map(PathBuf::from));
+    if let Some(path) = ssh_config {
+        let path = std::path::absolute(&path).unwrap_or(path);
+        overrides.push(format!("cluster.ssh_config={:?}", path.display().to_string()));
+    }
+    if args.accept_new_host_keys {
+        overrides.push("cluster.accept_new_host_keys=true".to_string());
     }
     if let Some(n) = args.ranks_per_node {
         // parallel.data defaults to hosts × ranks_per_node, so the world size follows.
@@ -52,10 +73,16 @@ pub async fn run(db: &DbPaths, args: RunArgs) -> anyhow::Result<i32> {
     let mut client = Client::connect(db).await?;
     let recipe_json = serde_json::to_string(&recipe)?;
     let req = Request::Launch { recipe_json, recipe_path: args.recipe.display().to_string(), name: args.name.clone() };
-    let run = match client.request(&req).await? {
-        Reply::Launched { run } => run,
-        Reply::Error { message } => anyhow::bail!("launch failed: {message}"),
-        other => anyhow::bail!("unexpected reply to launch: {other:?}"),
+    client.send(&req).await?;
+    // SSH launches report each host's progress before the run id.
+    let run = loop {
+        match client.next().await? {
+            Some(Reply::LaunchProgress { host, text }) => println!("launch {host}: {text}"),
+            Some(Reply::Launched { run }) => break run,
+            Some(Reply::Error { message }) => anyhow::bail!("launch failed: {message}"),
+            Some(other) => anyhow::bail!("unexpected reply to launch: {other:?}"),
+            None => anyhow::bail!("the server closed the connection during the launch"),
+        }
     };
     println!("run {run}: {} on {} rank(s), {} steps", recipe.name, recipe.world_size(), recipe.train.steps);
     if cockpit {

@@ -522,6 +522,11 @@ pub enum Reply {
         skipped: Vec<crate::store::checkpoints::Skipped>,
     },
     Stacks(Box<super::verdict::StackReport>),
+    /// One host's step in an SSH launch, sent before `Launched` (or `Error`).
+    LaunchProgress {
+        host: String,
+        text: String,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -120,6 +120,43 @@ pub struct Cluster {
     pub hosts: Vec<String>,
     pub ranks_per_node: u32,
     pub device: Device,
+    /// How SSH hosts are reached and laid out (unused by `local`).
+    #[serde(default)]
+    pub ssh: ClusterSsh,
+}
+
+/// The SSH side of `[cluster]` (flat keys in the recipe: `cluster.remote_dir`, ...).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClusterSsh {
+    /// Flightdeck's directory on each node (binaries, run directories); relative = under the
+    /// remote user's home.
+    pub remote_dir: String,
+    /// libtorch on the nodes: a directory with its libraries, or a Python that has PyTorch.
+    /// None: the binary's built-in run path (the same path as on this machine).
+    pub libtorch: Option<String>,
+    pub connect_timeout_s: u64,
+    pub command_timeout_s: u64,
+    /// An established link silent this long counts as cut (then the server reconnects).
+    pub link_timeout_s: u64,
+    /// Trust unknown host keys on first use, like OpenSSH's accept-new.
+    pub accept_new_host_keys: bool,
+    /// The OpenSSH client config to resolve hosts with (like `ssh -F`); None: ~/.ssh/config.
+    #[serde(default)]
+    pub ssh_config: Option<String>,
+}
+
+impl Default for ClusterSsh {
+    fn default() -> Self {
+        ClusterSsh {
+            remote_dir: ".flightdeck".into(),
+            libtorch: None,
+            connect_timeout_s: 10,
+            command_timeout_s: 60,
+            link_timeout_s: 15,
+            accept_new_host_keys: false,
+            ssh_config: None,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -89,6 +89,13 @@ pub(super) struct RawCluster {
     pub hosts: Option<Vec<String>>,
     pub ranks_per_node: Option<i64>,
     pub device: Option<String>,
+    pub remote_dir: Option<String>,
+    pub libtorch: Option<String>,
+    pub connect_timeout_s: Option<i64>,
+    pub command_timeout_s: Option<i64>,
+    pub link_timeout_s: Option<i64>,
+    pub accept_new_host_keys: Option<bool>,
+    pub ssh_config: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -201,7 +208,21 @@ pub(super) const TABLES: &[(&str, &[(&str, Ty)])] = &[
         ],
     ),
     ("checkpoint", &[("every", Ty::Int), ("keep", Ty::Int), ("dir", Ty::Str)]),
-    ("cluster", &[("hosts", Ty::StrList), ("ranks_per_node", Ty::Int), ("device", Ty::Str)]),
+    (
+        "cluster",
+        &[
+            ("hosts", Ty::StrList),
+            ("ranks_per_node", Ty::Int),
+            ("device", Ty::Str),
+            ("remote_dir", Ty::Str),
+            ("libtorch", Ty::Str),
+            ("connect_timeout_s", Ty::Int),
+            ("command_timeout_s", Ty::Int),
+            ("link_timeout_s", Ty::Int),
+            ("accept_new_host_keys", Ty::Bool),
+            ("ssh_config", Ty::Str),
+        ],
+    ),
     ("telemetry", &[("step_interval", Ty::Int), ("sample_interval_ms", Ty::Int), ("enabled", Ty::Bool)]),
     ("fault", &[("kind", Ty::Str), ("rank", Ty::Int), ("step", Ty::Int), ("slow_pct", Ty::Float)]),
     ("command", &[("argv", Ty::StrList)]),

@@ -175,6 +175,8 @@ impl Check<'_> {
     }
 
     pub(super) fn cluster(&self, raw: RawCluster) -> R<Cluster> {
+        // Checked after the hosts (whose errors come first), before `raw` is taken apart.
+        let ssh = self.cluster_ssh(&raw);
         let hosts = raw.hosts.unwrap_or_else(|| vec!["local".to_string()]);
         let forms = r#"hosts are "local" or SSH destinations like "node-a" or "user@node-b:2222""#;
         if hosts.is_empty() {
@@ -202,7 +204,42 @@ impl Check<'_> {
         let rpn = self.int_in("cluster.ranks_per_node", raw.ranks_per_node.unwrap_or(1), 1, MAX_U32)? as u32;
         let device =
             self.choice("cluster.device", raw.device, Device::Cpu, &[("cpu", Device::Cpu), ("cuda", Device::Cuda)])?;
-        Ok(Cluster { hosts, ranks_per_node: rpn, device })
+        let ssh = ssh?;
+        Ok(Cluster { hosts, ranks_per_node: rpn, device, ssh })
+    }
+
+    fn cluster_ssh(&self, raw: &RawCluster) -> R<ClusterSsh> {
+        let d = ClusterSsh::default();
+        // These reach a remote shell (quoted); control characters are refused outright.
+        let path = |key: &str, v: &Option<String>, example: &str| -> R<Option<String>> {
+            match v {
+                Some(p) if p.trim().is_empty() || p.chars().any(char::is_control) => Err(self.invalid(
+                    key,
+                    format!(
+                        "{} is empty or contains a control character (a newline?); give a path on the nodes, e.g. {example}",
+                        self.ctx.show(key, format!("{p:?}"))
+                    ),
+                )),
+                other => Ok(other.clone()),
+            }
+        };
+        let secs = |key: &str, v: Option<i64>, default: u64| -> R<u64> {
+            Ok(self.int_in(key, v.unwrap_or(default as i64), 1, 86_400)? as u64)
+        };
+        Ok(ClusterSsh {
+            remote_dir: path("cluster.remote_dir", &raw.remote_dir, r#"remote_dir = ".flightdeck""#)?
+                .unwrap_or(d.remote_dir),
+            libtorch: path(
+                "cluster.libtorch",
+                &raw.libtorch,
+                r#"libtorch = "/opt/libtorch/lib" or "/usr/bin/python3""#,
+            )?,
+            connect_timeout_s: secs("cluster.connect_timeout_s", raw.connect_timeout_s, d.connect_timeout_s)?,
+            command_timeout_s: secs("cluster.command_timeout_s", raw.command_timeout_s, d.command_timeout_s)?,
+            link_timeout_s: secs("cluster.link_timeout_s", raw.link_timeout_s, d.link_timeout_s)?,
+            accept_new_host_keys: raw.accept_new_host_keys.unwrap_or(false),
+            ssh_config: path("cluster.ssh_config", &raw.ssh_config, r#"ssh_config = "/home/me/.ssh/cluster_config""#)?,
+        })
     }
 
     pub(super) fn fault(&self, raw: RawFault, world: u32, train: &Train, trains: bool) -> R<Fault> {

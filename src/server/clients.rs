@@ -29,6 +29,7 @@ pub async fn serve(stream: UnixStream, shared: &Shared) -> anyhow::Result<()> {
             Request::Follow { run } => follow(&mut wr, shared, &run).await?,
             Request::Watch { run } => watch(&mut wr, shared, &run).await?,
             Request::Open { run } => open(&mut wr, shared, &run).await?,
+            req @ Request::Launch { .. } => launch(&mut wr, shared, req).await?,
             other => {
                 let reply = answer(shared, other).await.unwrap_or_else(|e| Reply::Error { message: format!("{e:#}") });
                 write_frame_async(&mut wr, &reply).await?;
@@ -143,7 +144,7 @@ async fn watch(wr: &mut OwnedWriteHalf, shared: &Shared, query: &str) -> anyhow:
         loop {
             match rx.recv().await {
                 Ok(frames) => {
-                    let reply = Reply::Frames { run: id.clone(), node: 0, frames: frames.as_ref().clone() };
+                    let reply = Reply::Frames { run: id.clone(), node: frames.node, frames: frames.frames.clone() };
                     write_frame_async(wr, &reply).await?;
                 }
                 Err(RecvError::Lagged(skipped)) => {
@@ -182,7 +183,7 @@ async fn open(wr: &mut OwnedWriteHalf, shared: &Shared, query: &str) -> anyhow::
         loop {
             match rx.recv().await {
                 Ok(frames) => {
-                    let reply = Reply::Frames { run: id.clone(), node: 0, frames: frames.as_ref().clone() };
+                    let reply = Reply::Frames { run: id.clone(), node: frames.node, frames: frames.frames.clone() };
                     write_frame_async(wr, &reply).await?;
                 }
                 Err(RecvError::Lagged(skipped)) => {
@@ -292,4 +293,22 @@ async fn stacks(shared: &Shared, run: &str, rank: Option<u32>) -> anyhow::Result
         anyhow::bail!("rank {r} is not a live rank of run {id}; `flightdeck show {id}` lists its ranks");
     }
     Ok(Reply::Stacks(Box::new(super::link::group(id, &stacks))))
+}
+
+/// A launch, streaming each host's progress (SSH launches) before its one final reply.
+async fn launch(wr: &mut OwnedWriteHalf, shared: &Shared, req: Request) -> anyhow::Result<()> {
+    // Bounded; the launcher drops notes rather than wait when a client reads slowly.
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<(String, String)>(256);
+    let answered = super::remote::with_progress(tx, answer(shared, req));
+    tokio::pin!(answered);
+    let reply = loop {
+        tokio::select! {
+            Some((host, text)) = rx.recv() => write_frame_async(wr, &Reply::LaunchProgress { host, text }).await?,
+            r = &mut answered => break r.unwrap_or_else(|e| Reply::Error { message: format!("{e:#}") }),
+        }
+    };
+    while let Ok((host, text)) = rx.try_recv() {
+        write_frame_async(wr, &Reply::LaunchProgress { host, text }).await?;
+    }
+    Ok(write_frame_async(wr, &reply).await?)
 }

@@ -1,5 +1,5 @@
 //! Launching a run on the embedded local runtime: the run record, the run directory, and a
-//! detached agent. (SSH launchers for remote nodes share everything above the transport.)
+//! detached agent. SSH hosts go to `remote.rs`; both share everything above the transport.
 use super::ingest::Ingest;
 use super::tracker::Tracker;
 use super::Registry;
@@ -48,10 +48,7 @@ pub async fn start(
     let recipe: Recipe =
         serde_json::from_str(recipe_json).context("the client sent a recipe this server cannot read")?;
     if !recipe.is_local() {
-        anyhow::bail!(
-            "cluster.hosts = {:?}: only \"local\" runs are supported by this build (SSH launch is coming)",
-            recipe.cluster.hosts
-        );
+        return super::remote::launch(db, recipe, recipe_json, recipe_path, name, ingest, registry).await;
     }
     let run = RunId::new_now();
     let paths = RunDirPaths::new(db.run_dir(&run));

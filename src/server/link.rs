@@ -1,57 +1,74 @@
-//! The server's side of one agent: attach, replay, ingest in batches, ack after flush, relay
-//! commands. One task per live run; it owns that run's `Tracker`.
+//! The server's side of one run's agents: attach, replay, ingest in batches, ack after flush,
+//! relay commands. One task per live run owns that run's `Tracker`; one task per node keeps
+//! that node's link up (`transport.rs`), over a Unix socket or SSH alike.
 use super::incident::{self, Stacks};
 use super::ingest::Ingest;
 use super::tracker::{Tracker, VerdictKey};
-use super::{Live, Registry, RunView, StackAsk};
+use super::transport::{self, Incoming, NodeHandle, Transport};
+use super::{Live, NodeFrames, Registry, RunView, StackAsk};
 use crate::agent::lock;
 use crate::ids::{unix_ms, Rank};
-use crate::protocol::{
-    read_frame_async, write_frame_async, AgentCommand, AgentEvent, AgentFrame, Hello, Role, PROTOCOL_VERSION,
-};
-use crate::protocol::{RankStacks, StackReport, Verdict};
-use crate::store::{Batch, EventKind, RunStatus, VerdictRecord};
+use crate::protocol::{AgentCommand, AgentEvent, AgentFrame, RankStacks, RunOutcome, StackReport, Verdict};
+use crate::store::{Batch, EventKind, EventRecord, RunStatus, VerdictRecord};
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
-use tokio::net::UnixStream;
 use tokio::sync::{mpsc, watch};
 
 /// Frames per batch at most; with the flush interval this bounds ack latency and batch size.
 const BATCH_FRAMES: usize = 2048;
 const FLUSH_EVERY: Duration = Duration::from_millis(100);
+/// How long the last acks may take to reach the agents when a run ends.
+const ACK_GRACE: Duration = Duration::from_secs(10);
 /// Batches a watcher may fall behind (about 25 s at the flush interval) before it is told it
 /// lagged and must reload from the store.
 const WATCH_BACKLOG: usize = 256;
 
-/// Connects to a run's agent and starts its link task; Err if the agent cannot be reached.
+/// Connects to a local run's agent and starts its link task; Err if the agent cannot be reached.
 pub async fn attach(tracker: Tracker, socket: PathBuf, ingest: Ingest, registry: Registry) -> anyhow::Result<()> {
-    let stream = UnixStream::connect(&socket).await?;
-    let (mut rd, mut wr) = stream.into_split();
-    write_frame_async(&mut wr, &Hello::new(Role::Server, "local")).await?;
-    let hello: Hello = read_frame_async(&mut rd).await?.ok_or_else(|| anyhow::anyhow!("agent closed before hello"))?;
-    if hello.protocol_version != PROTOCOL_VERSION {
-        anyhow::bail!("agent speaks protocol {}, this server {PROTOCOL_VERSION}", hello.protocol_version);
-    }
-    let after_seq = tracker.record.acked_seq.first().copied().unwrap_or(0);
-    write_frame_async(&mut wr, &AgentCommand::Attach { run: tracker.record.id.clone(), after_seq }).await?;
+    // The agent's socket lives in the run's directory.
+    let run_dir = socket.parent().map(PathBuf::from);
+    attach_nodes(tracker, vec![Transport::Local(socket)], run_dir, ingest, registry).await
+}
 
-    // Reading frames on its own task keeps the select loop below cancel-safe.
-    let (frames_tx, frames_rx) = mpsc::channel::<AgentFrame>(BATCH_FRAMES);
-    tokio::spawn(async move {
-        while let Ok(Some(f)) = read_frame_async::<AgentFrame, _>(&mut rd).await {
-            if frames_tx.send(f).await.is_err() {
-                break;
-            }
-        }
-    });
+/// Connects to every node's agent (all must answer) and starts the run's link task; incident
+/// reports go to `run_dir`.
+pub async fn attach_nodes(
+    tracker: Tracker,
+    transports: Vec<Transport>,
+    run_dir: Option<PathBuf>,
+    ingest: Ingest,
+    registry: Registry,
+) -> anyhow::Result<()> {
+    let run = tracker.record.id.clone();
+    let after: Vec<u64> =
+        (0..transports.len()).map(|k| tracker.record.acked_seq.get(k).copied().unwrap_or(0)).collect();
+    let mut opening = tokio::task::JoinSet::new();
+    for (k, t) in transports.iter().enumerate() {
+        let (t, run, after) = (t.clone(), run.clone(), after[k]);
+        opening.spawn(async move { (k, transport::connect_within(&t, &run, after).await) });
+    }
+    let mut conns: Vec<Option<transport::Conn>> = (0..transports.len()).map(|_| None).collect();
+    while let Some(joined) = opening.join_next().await {
+        let (k, conn) = joined?;
+        let conn = conn.map_err(|e| anyhow::anyhow!("node {k} ({}): {e}", transports[k].describe()))?;
+        conns[k] = Some(conn);
+    }
+    let (in_tx, in_rx) = mpsc::channel::<Incoming>(BATCH_FRAMES);
+    let mut nodes = Vec::new();
+    for (k, (t, conn)) in transports.into_iter().zip(conns).enumerate() {
+        let conn = conn.ok_or_else(|| anyhow::anyhow!("node {k}: no link"))?;
+        let host = tracker.record.hosts.get(k).cloned().unwrap_or_else(|| t.describe());
+        let handle = transport::spawn_node(k, t, run.clone(), conn, after[k], in_tx.clone());
+        nodes.push(Node { handle, host, last_seq: after[k], ended: None, lost: None, pending: Vec::new() });
+    }
+    drop(in_tx);
+
     let (cmd_tx, cmd_rx) = mpsc::channel::<AgentCommand>(8);
     // A handful of people asking for stacks at once is plenty; more wait their turn.
     let (stacks_tx, stacks_rx) = mpsc::channel::<StackAsk>(8);
-    // Incident reports go beside the agent's files in the run's directory.
-    let run_dir = socket.parent().map(PathBuf::from);
     let (view_tx, view_rx) = watch::channel(RunView { progress: tracker.progress(), ended: None });
-    let run = tracker.record.id.clone();
     let (frames_out, _) = tokio::sync::broadcast::channel(WATCH_BACKLOG);
     let live = Live { commands: cmd_tx, view: view_rx, frames: frames_out.clone(), stacks: stacks_tx };
     lock(&registry).insert(run.clone(), live);
@@ -61,14 +78,14 @@ pub async fn attach(tracker: Tracker, socket: PathBuf, ingest: Ingest, registry:
             ingest: ingest.clone(),
             view: view_tx,
             frames_out,
-            wr,
+            nodes,
+            notes: Vec::new(),
             run_dir,
             next_request: 0,
             pending: HashMap::new(),
             incidents: HashMap::new(),
         };
-        let outcome = link.run(frames_rx, cmd_rx, stacks_rx).await;
-        if let Err(e) = outcome {
+        if let Err(e) = link.run(in_rx, cmd_rx, stacks_rx).await {
             tracing::warn!("run {run}: link failed: {e}");
         }
         ingest.close_run(run.clone()).await;
@@ -77,18 +94,44 @@ pub async fn attach(tracker: Tracker, socket: PathBuf, ingest: Ingest, registry:
     Ok(())
 }
 
+struct Node {
+    handle: NodeHandle,
+    host: String,
+    /// The newest frame taken from this node; replays of older ones are dropped.
+    last_seq: u64,
+    ended: Option<(RunOutcome, String)>,
+    lost: Option<String>,
+    pending: Vec<AgentFrame>,
+}
+
+impl Node {
+    fn done(&self) -> bool {
+        self.ended.is_some() || self.lost.is_some()
+    }
+}
+
 struct Link {
     tracker: Tracker,
     ingest: Ingest,
     view: watch::Sender<RunView>,
-    frames_out: tokio::sync::broadcast::Sender<std::sync::Arc<Vec<AgentFrame>>>,
-    wr: tokio::net::unix::OwnedWriteHalf,
+    frames_out: tokio::sync::broadcast::Sender<std::sync::Arc<NodeFrames>>,
+    nodes: Vec<Node>,
+    /// Link events (cut, reconnected) for the next batch.
+    notes: Vec<EventRecord>,
+    /// Where incident reports are written (the run's directory in the database).
     run_dir: Option<PathBuf>,
     next_request: u64,
-    /// Stack dumps asked of the agent and not yet answered, by request number.
-    pending: HashMap<u64, Pending>,
+    /// Stack dumps asked of the agents and not yet fully answered, by request number.
+    pending: HashMap<u64, StackWait>,
     /// Hang verdicts with a report: the verdict as it stands, and whether its file exists yet.
     incidents: HashMap<VerdictKey, (Verdict, bool)>,
+}
+
+/// A stack dump in progress: who waits, how many nodes have yet to answer, what came so far.
+struct StackWait {
+    waiter: Pending,
+    nodes_left: usize,
+    stacks: Vec<RankStacks>,
 }
 
 /// Who is waiting for a stack dump.
@@ -100,71 +143,160 @@ enum Pending {
 impl Link {
     async fn run(
         &mut self,
-        mut frames: mpsc::Receiver<AgentFrame>,
+        mut incoming: mpsc::Receiver<Incoming>,
         mut cmds: mpsc::Receiver<AgentCommand>,
         mut stack_asks: mpsc::Receiver<StackAsk>,
     ) -> anyhow::Result<()> {
-        let mut pending: Vec<AgentFrame> = Vec::new();
         let mut tick = tokio::time::interval(FLUSH_EVERY);
-        let mut ended = false;
-        loop {
+        while !self.nodes.iter().all(Node::done) {
             tokio::select! {
-                f = frames.recv() => match f {
-                    Some(f) => {
-                        ended |= matches!(f.event, AgentEvent::RunEnded { .. });
-                        pending.push(f);
-                        if pending.len() >= BATCH_FRAMES || ended {
-                            self.flush(&mut pending).await?;
-                        }
+                i = incoming.recv() => match i {
+                    Some(Incoming::Frame(k, f)) => self.frame(k, f).await?,
+                    Some(Incoming::Down(k, why)) => self.note(format!("lost the link to {}: {why}; reconnecting", self.nodes[k].host)),
+                    Some(Incoming::Up(k, after)) => {
+                        self.note(format!("reconnected to {}; replaying after frame {after}", self.nodes[k].host))
+                    }
+                    Some(Incoming::Lost(k, why)) => {
+                        self.nodes[k].lost = Some(why);
+                        self.command_others(k, AgentCommand::Kill);
                     }
                     None => break,
                 },
                 _ = tick.tick() => {
-                    self.flush(&mut pending).await?;
+                    self.flush().await?;
                     self.analyze().await?;
                 }
-                Some(ask) = stack_asks.recv() => self.ask_stacks(Pending::Client(ask.reply), ask.rank).await,
+                Some(ask) = stack_asks.recv() => self.ask_stacks(Pending::Client(ask.reply), ask.rank),
                 Some(cmd) = cmds.recv() => {
                     if matches!(cmd, AgentCommand::Stop | AgentCommand::Kill) {
                         self.tracker.analyzer.ending();
                     }
-                    if let Err(e) = write_frame_async(&mut self.wr, &cmd).await {
-                        tracing::warn!("run {}: command {cmd:?} not delivered: {e}", self.tracker.record.id);
+                    for n in self.nodes.iter().filter(|n| !n.done()) {
+                        if n.handle.cmds.try_send(cmd.clone()).is_err() {
+                            tracing::warn!("run {}: command {cmd:?} not delivered to {}", self.tracker.record.id, n.host);
+                        }
                     }
                 }
             }
         }
-        self.flush(&mut pending).await?;
-        if !self.tracker.record.status.is_live() {
-            self.publish(true);
-            return Ok(());
+        self.flush().await?;
+        if self.tracker.record.status.is_live() {
+            let (status, reason) = self.outcome();
+            let mut batch = Batch::default();
+            self.tracker.end_without_agent(status, reason, &mut batch);
+            self.ingest.write(batch).await.map_err(anyhow::Error::msg)?;
         }
-        // The agent went away without saying the run ended: its ranks died with it.
-        let mut batch = Batch::default();
-        let reason = "lost the node agent before the run ended".to_string();
-        self.tracker.end_without_agent(RunStatus::Interrupted, reason, &mut batch);
-        self.ingest.write(batch).await.map_err(anyhow::Error::msg)?;
         self.publish(true);
+        self.deliver_last_acks().await;
         Ok(())
     }
 
-    async fn flush(&mut self, pending: &mut Vec<AgentFrame>) -> anyhow::Result<()> {
-        if pending.is_empty() {
+    /// Lets every node task send its last ack before the run is deregistered (after which the
+    /// server may exit): an agent that never hears it would linger for its whole grace period.
+    async fn deliver_last_acks(&mut self) {
+        let tasks: Vec<_> = self
+            .nodes
+            .drain(..)
+            .map(|n| {
+                // Dropping the senders tells each task that nothing newer will come.
+                let NodeHandle { task, .. } = n.handle;
+                task
+            })
+            .collect();
+        for task in tasks {
+            // Bounded: a node whose link is down cannot take the ack, and its agent times out.
+            let _ = tokio::time::timeout(ACK_GRACE, task).await;
+        }
+    }
+
+    async fn frame(&mut self, k: usize, mut f: AgentFrame) -> anyhow::Result<()> {
+        let multi = self.nodes.len() > 1;
+        let node = &mut self.nodes[k];
+        if f.seq <= node.last_seq {
+            return Ok(()); // replayed after a reconnect; already taken
+        }
+        node.last_seq = f.seq;
+        let ended = if let AgentEvent::RunEnded { outcome, reason } = &f.event {
+            node.ended = Some((*outcome, reason.clone()));
+            node.handle.ended.store(true, Ordering::SeqCst);
+            if multi {
+                // One node's end is not the run's: it ends when every node has.
+                let text = format!("{}: {} ({reason})", node.host, outcome_status(*outcome).name());
+                if *outcome != RunOutcome::Succeeded {
+                    self.command_others(k, AgentCommand::Kill);
+                }
+                f.event = AgentEvent::Notice { text };
+            }
+            true
+        } else {
+            false
+        };
+        let node = &mut self.nodes[k];
+        node.pending.push(f);
+        let queued: usize = self.nodes.iter().map(|n| n.pending.len()).sum();
+        if queued >= BATCH_FRAMES || ended {
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    /// The run's end when it is not one node's own word: a lost node, or several nodes.
+    fn outcome(&self) -> (RunStatus, String) {
+        if let Some((n, why)) = self.nodes.iter().find_map(|n| n.lost.as_ref().map(|w| (n, w))) {
+            return (RunStatus::Interrupted, format!("lost the agent on {} before the run ended: {why}", n.host));
+        }
+        // The first node to end other than successfully names the run's outcome.
+        let failed = self.nodes.iter().filter_map(|n| n.ended.as_ref()).find(|(o, _)| *o != RunOutcome::Succeeded);
+        match failed {
+            Some((o, reason)) => (outcome_status(*o), reason.clone()),
+            None if self.nodes.iter().all(|n| n.ended.is_some()) => (
+                RunStatus::Succeeded,
+                format!("all {} ranks finished on {} nodes", self.tracker.record.world_size, self.nodes.len()),
+            ),
+            None => (RunStatus::Interrupted, "lost the node agent before the run ended".into()),
+        }
+    }
+
+    fn command_others(&self, k: usize, cmd: AgentCommand) {
+        for (i, n) in self.nodes.iter().enumerate() {
+            if i != k && !n.done() {
+                let _ = n.handle.cmds.try_send(cmd.clone());
+            }
+        }
+    }
+
+    fn note(&mut self, text: String) {
+        tracing::info!("run {}: {text}", self.tracker.record.id);
+        self.notes.push(EventRecord { t_ms: unix_ms(), kind: EventKind::Notice, rank: None, text });
+    }
+
+    async fn flush(&mut self) -> anyhow::Result<()> {
+        if self.notes.is_empty() && self.nodes.iter().all(|n| n.pending.is_empty()) {
             return Ok(());
         }
         let mut batch = Batch::default();
-        self.tracker.apply(0, pending, &mut batch);
-        let last = pending.last().map(|f| f.seq).unwrap_or(0);
-        let frames = std::sync::Arc::new(std::mem::take(pending));
+        let run = self.tracker.record.id.clone();
+        batch.events.extend(self.notes.drain(..).map(|e| (run.clone(), e)));
+        let mut taken = Vec::new();
+        for (k, node) in self.nodes.iter_mut().enumerate() {
+            if !node.pending.is_empty() {
+                self.tracker.apply(k, &node.pending, &mut batch);
+                taken.push((k, std::mem::take(&mut node.pending)));
+            }
+        }
+        if taken.is_empty() {
+            batch.runs.push(self.tracker.record.clone());
+        }
         self.ingest.write(batch).await.map_err(anyhow::Error::msg)?;
-        // No watcher is not an error.
-        let _ = self.frames_out.send(frames);
+        for (k, frames) in taken {
+            let last = frames.last().map(|f| f.seq).unwrap_or(0);
+            // The node task sends the ack; an agent that has just exited no longer needs it.
+            self.nodes[k].handle.acks.send_replace(last);
+            // No watcher is not an error.
+            let _ = self.frames_out.send(std::sync::Arc::new(NodeFrames { node: k as u32, frames }));
+        }
         let ended = !self.tracker.record.status.is_live();
         self.publish(ended);
-        // An agent that has just exited cannot take the ack; it no longer needs it.
-        if let Err(e) = write_frame_async(&mut self.wr, &AgentCommand::Ack { seq: last }).await {
-            tracing::info!("run {}: ack {last} not delivered: {e}", self.tracker.record.id);
-        }
         self.after_batch().await
     }
 
@@ -194,15 +326,23 @@ impl Link {
             self.incidents.insert(key, (verdict, false));
             self.write_incident(key, stacks).await?;
             if live {
-                self.ask_stacks(Pending::Incident(key), None).await;
+                self.ask_stacks(Pending::Incident(key), None);
             }
         }
         for (request, stacks) in self.tracker.take_stack_dumps() {
-            match self.pending.remove(&request) {
-                Some(Pending::Client(reply)) => {
+            // Each node's agent answers for its own ranks; the dump is whole when all have.
+            let Some(wait) = self.pending.get_mut(&request) else { continue };
+            wait.stacks.extend(stacks);
+            wait.nodes_left = wait.nodes_left.saturating_sub(1);
+            if wait.nodes_left > 0 {
+                continue;
+            }
+            let Some(StackWait { waiter, stacks, .. }) = self.pending.remove(&request) else { continue };
+            match waiter {
+                Pending::Client(reply) => {
                     let _ = reply.send(stacks);
                 }
-                Some(Pending::Incident(key)) => {
+                Pending::Incident(key) => {
                     let report = group(self.tracker.record.id.clone(), &stacks);
                     if let Some(sharper) = self.tracker.analyzer.refine_with_stacks(&report.groups) {
                         let mut batch = Batch::default();
@@ -216,20 +356,26 @@ impl Link {
                     }
                     self.write_incident(key, Stacks::Grouped(&report)).await?;
                 }
-                None => {}
             }
         }
         Ok(())
     }
 
-    async fn ask_stacks(&mut self, waiter: Pending, rank: Option<u32>) {
+    /// Asks every node's agent for its ranks' stacks (or the one rank's).
+    fn ask_stacks(&mut self, waiter: Pending, rank: Option<u32>) {
         self.next_request += 1;
         let request = self.next_request;
         let cmd = AgentCommand::DumpStacks { request, rank: rank.map(Rank) };
-        match write_frame_async(&mut self.wr, &cmd).await {
-            // A client whose request is dropped hears that the run's agent did not answer.
-            Ok(()) => drop(self.pending.insert(request, waiter)),
-            Err(e) => tracing::warn!("run {}: stack dump not asked: {e}", self.tracker.record.id),
+        let mut asked = 0;
+        for n in self.nodes.iter().filter(|n| !n.done()) {
+            match n.handle.cmds.try_send(cmd.clone()) {
+                Ok(()) => asked += 1,
+                Err(e) => tracing::warn!("run {}: stack dump not asked of {}: {e}", self.tracker.record.id, n.host),
+            }
+        }
+        // A client whose request is dropped hears that the run's agent did not answer.
+        if asked > 0 {
+            self.pending.insert(request, StackWait { waiter, nodes_left: asked, stacks: Vec::new() });
         }
     }
 
@@ -273,4 +419,13 @@ pub fn group(run: crate::ids::RunId, stacks: &[RankStacks]) -> StackReport {
     let (groups, failures) = crate::agent::stacks::group(stacks);
     let timings = stacks.iter().map(|s| (s.rank, s.pid, s.tool, s.elapsed_ms)).collect();
     StackReport { run, groups, failures, timings }
+}
+
+fn outcome_status(o: RunOutcome) -> RunStatus {
+    match o {
+        RunOutcome::Succeeded => RunStatus::Succeeded,
+        RunOutcome::Failed => RunStatus::Failed,
+        RunOutcome::Stopped => RunStatus::Stopped,
+        RunOutcome::Killed => RunStatus::Killed,
+    }
 }

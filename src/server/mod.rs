@@ -6,7 +6,9 @@ mod incident;
 mod ingest;
 mod launch;
 mod link;
+mod remote;
 mod tracker;
+mod transport;
 
 use crate::agent::lock;
 use crate::ids::RunId;
@@ -33,8 +35,8 @@ pub struct Live {
     pub commands: mpsc::Sender<AgentCommand>,
     pub view: watch::Receiver<RunView>,
     /// Each durable batch of frames, for watchers (the cockpit).
-    pub frames: tokio::sync::broadcast::Sender<Arc<Vec<crate::protocol::AgentFrame>>>,
-    /// Stack dump requests, answered with the ranks' stacks as the agent sent them.
+    pub frames: tokio::sync::broadcast::Sender<Arc<NodeFrames>>,
+    /// Stack dump requests, answered with the ranks' stacks as the agents sent them.
     pub stacks: mpsc::Sender<StackAsk>,
 }
 
@@ -42,6 +44,13 @@ pub struct Live {
 pub struct StackAsk {
     pub rank: Option<u32>,
     pub reply: tokio::sync::oneshot::Sender<Vec<crate::protocol::RankStacks>>,
+}
+
+/// A durable batch of one node's frames (sequence numbers count per node).
+#[derive(Debug)]
+pub struct NodeFrames {
+    pub node: u32,
+    pub frames: Vec<crate::protocol::AgentFrame>,
 }
 
 /// Live runs by id. Each run's link task inserts and removes its own entry.
@@ -160,13 +169,18 @@ async fn recover(shared: &Shared) {
     };
     for record in runs.into_iter().filter(|r| r.status.is_live()) {
         let ranks = shared.store.ranks(&record.id).unwrap_or_default();
-        let socket = record.agent_sockets.first().map(std::path::PathBuf::from);
         let mut tracker = tracker::Tracker::new(record.clone(), ranks);
-        let attached = match socket {
-            Some(s) => {
-                link::attach(tracker_clone(&record, shared), s, shared.ingest.clone(), shared.registry.clone()).await
+        // SSH runs keep their nodes' addresses in nodes.json; local runs, the agent socket.
+        let transports = match remote::transports(&shared.db, &record) {
+            Ok(t) if t.is_empty() => Err(anyhow::anyhow!("no agent socket recorded")),
+            other => other,
+        };
+        let attached = match transports {
+            Ok(t) => {
+                let (ingest, registry) = (shared.ingest.clone(), shared.registry.clone());
+                link::attach_nodes(tracker_clone(&record, shared), t, Some(shared.db.run_dir(&record.id)), ingest, registry).await
             }
-            None => Err(anyhow::anyhow!("no agent socket recorded")),
+            Err(e) => Err(e),
         };
         match attached {
             Ok(()) => tracing::info!("run {}: reattached to its agent", record.id),

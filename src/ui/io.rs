@@ -102,9 +102,21 @@ async fn one(db: &DbPaths, cmd: Command, tx: &mpsc::Sender<DataEvent>) -> anyhow
                 recipe_path: recipe.display().to_string(),
                 name: None,
             };
-            match request(db, req).await? {
-                Reply::Launched { run } => DataEvent::Launched(run),
-                other => anyhow::bail!("unexpected reply to launch: {other:?}"),
+            // An SSH launch reports each host's progress before its one final reply.
+            let mut c = Client::connect(db).await?;
+            c.send(&req).await?;
+            loop {
+                match c.next().await? {
+                    Some(Reply::LaunchProgress { host, text }) => {
+                        if tx.send(DataEvent::Done(format!("launch {host}: {text}"))).await.is_err() {
+                            return Ok(());
+                        }
+                    }
+                    Some(Reply::Launched { run }) => break DataEvent::Launched(run),
+                    Some(Reply::Error { message }) => anyhow::bail!("{message}"),
+                    Some(other) => anyhow::bail!("unexpected reply to launch: {other:?}"),
+                    None => anyhow::bail!("the server closed the connection during the launch"),
+                }
             }
         }
         Command::Kill { run } => {

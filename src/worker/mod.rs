@@ -127,7 +127,12 @@ pub(crate) mod testing {
             },
             parallel: Parallel { data: world, backend: CollectiveBackend::Ring, bucket_bytes: 25 << 20 },
             checkpoint: Checkpoint { every: 0, keep: 1, dir: "ckpt".into() },
-            cluster: Cluster { hosts: vec!["local".into()], ranks_per_node: world, device: Device::Cpu },
+            cluster: Cluster {
+                hosts: vec!["local".into()],
+                ranks_per_node: world,
+                device: Device::Cpu,
+                ssh: Default::default(),
+            },
             telemetry: Telemetry { step_interval: 1, sample_interval_ms: 1000, enabled: true },
             fault: Fault { kind: FaultKind::None, rank: 0, step: 0, slow_pct: 0.0 },
             command: None,

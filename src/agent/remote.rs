@@ -1,0 +1,100 @@
+//! The agent's two helpers for SSH launchers: `agent start` (start the agent detached and say
+//! when it is ready) and `agent connect` (bridge the exec channel's stdio to the agent socket).
+use crate::paths::RunDirPaths;
+use anyhow::Context;
+use std::io::{BufRead, Read, Write};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+/// `agent connect`'s exit status when no agent listens: the run's agent has exited, so a
+/// launcher must stop reconnecting.
+pub const NO_AGENT_EXIT: i32 = 3;
+
+/// The file where an agent hosting the rendezvous store writes the port it bound.
+pub fn port_file(paths: &RunDirPaths) -> PathBuf {
+    paths.root.join("rendezvous.port")
+}
+
+/// `flightdeck agent start --run-dir DIR`: starts the agent in its own session (so it outlives
+/// this SSH session), waits for its "ready" line, prints `ready PID PORT` and exits.
+pub fn start(run_dir: PathBuf) -> anyhow::Result<i32> {
+    let paths = RunDirPaths::new(run_dir);
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(paths.agent_log())
+        .with_context(|| format!("opening {}", paths.agent_log().display()))?;
+    let mut cmd = Command::new(std::env::current_exe().context("locating the flightdeck executable")?);
+    cmd.arg("agent").arg("--run-dir").arg(&paths.root).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(log);
+    // SAFETY: setsid is async-signal-safe and touches no parent memory.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().context("starting the agent")?;
+    let mut line = String::new();
+    if let Some(out) = child.stdout.take() {
+        std::io::BufReader::new(out).read_line(&mut line)?;
+    }
+    if line.trim() != "ready" {
+        let _ = child.wait();
+        let tail = std::fs::read_to_string(paths.agent_log()).unwrap_or_default();
+        let tail: Vec<&str> = tail.lines().rev().take(5).collect::<Vec<_>>().into_iter().rev().collect();
+        anyhow::bail!("the agent exited before it was ready; {}: {}", paths.agent_log().display(), tail.join(" | "));
+    }
+    let port = std::fs::read_to_string(port_file(&paths)).unwrap_or_default();
+    let port: u16 = port.trim().parse().unwrap_or(0);
+    println!("ready {} {port}", child.id());
+    // The agent is not waited for: it lives on, adopted by init, after this process exits.
+    Ok(0)
+}
+
+/// `flightdeck agent connect --run-dir DIR`: copies stdin to the agent socket and the socket to
+/// stdout, until either side ends. The frames pass through untouched.
+pub fn connect(run_dir: PathBuf) -> anyhow::Result<i32> {
+    let paths = RunDirPaths::new(run_dir);
+    let sock = match std::os::unix::net::UnixStream::connect(paths.agent_socket()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("no agent at {}: {e} (the run's agent has exited)", paths.agent_socket().display());
+            return Ok(NO_AGENT_EXIT);
+        }
+    };
+    let mut up = sock.try_clone()?;
+    std::thread::spawn(move || {
+        let mut stdin = std::io::stdin().lock();
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match stdin.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if up.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        // The server hung up: so does this link; the agent keeps its frames for the next one.
+        let _ = up.shutdown(std::net::Shutdown::Both);
+        std::process::exit(0);
+    });
+    let mut down = sock;
+    let mut stdout = std::io::stdout().lock();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match down.read(&mut buf) {
+            Ok(0) | Err(_) => return Ok(0),
+            Ok(n) => {
+                // stdout is line-buffered; frames are binary, so flush every chunk.
+                if stdout.write_all(&buf[..n]).and_then(|_| stdout.flush()).is_err() {
+                    return Ok(0);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! One SSH session to one node: connect within a deadline, check trust, authenticate, run
+//! commands. A `Node` belongs to the thread that made it (ssh2 sessions are never shared).
+use super::config::Target;
+use super::trust::{self, Verdict};
+use super::{Limits, SshError};
+use ssh2::Session;
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::Instant;
+
+pub struct Node {
+    pub sess: Session,
+    pub target: Target,
+    pub limits: Limits,
+    /// How the host key stood and how authentication succeeded, for progress lines.
+    pub verdict: Verdict,
+    pub auth: String,
+}
+
+/// What a remote command printed and how it exited.
+#[derive(Debug)]
+pub struct Output {
+    pub status: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Connects, checks the host key and authenticates, all within `limits.connect`.
+pub fn connect(target: &Target, limits: &Limits) -> Result<Node, SshError> {
+    let host = target.display();
+    let deadline = Instant::now() + limits.connect;
+    let fail = |detail: String| SshError::Connect { host: host.clone(), timeout_s: limits.connect.as_secs(), detail };
+    let addrs: Vec<_> = (target.hostname.as_str(), target.port)
+        .to_socket_addrs()
+        .map_err(|e| fail(format!("resolving {}: {e}", target.hostname)))?
+        .collect();
+    let mut last = format!("{} resolves to no address", target.hostname);
+    let mut tcp = None;
+    for addr in addrs {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            last = format!("timed out connecting to {addr}");
+            break;
+        }
+        match TcpStream::connect_timeout(&addr, left) {
+            Ok(s) => {
+                tcp = Some(s);
+                break;
+            }
+            Err(e) => last = format!("{addr}: {e}"),
+        }
+    }
+    let tcp = tcp.ok_or_else(|| fail(last))?;
+    let _ = tcp.set_nodelay(true);
+    let mut sess = Session::new().map_err(|e| fail(format!("creating a session: {e}")))?;
+    sess.set_tcp_stream(tcp);
+    sess.set_timeout(ms_left(deadline));
+    sess.handshake().map_err(|e| match e.code() {
+        ssh2::ErrorCode::Session(-9) => fail("no SSH greeting and key exchange in time".into()),
+        _ => SshError::Handshake { host: host.clone(), detail: e.message().to_string() },
+    })?;
+    let verdict = trust::check(&sess, target, limits.accept_new)?;
+    sess.set_timeout(ms_left(deadline));
+    let auth = authenticate(&sess, target).map_err(|tried| {
+        if Instant::now() >= deadline {
+            return fail("authentication did not finish in time".into());
+        }
+        SshError::Auth { host: host.clone(), user: target.user.clone(), tried }
+    })?;
+    sess.set_timeout(limits.command.as_millis().min(u128::from(u32::MAX)) as u32);
+    Ok(Node { sess, target: target.clone(), limits: limits.clone(), verdict, auth })
+}
+
+fn ms_left(deadline: Instant) -> u32 {
+    deadline.saturating_duration_since(Instant::now()).as_millis().clamp(1, u128::from(u32::MAX)) as u32
+}
+
+/// ssh-agent first, then each identity file; returns how it succeeded, or what was tried.
+fn authenticate(sess: &Session, t: &Target) -> Result<String, Vec<String>> {
+    let mut tried = Vec::new();
+    if std::env::var_os("SSH_AUTH_SOCK").is_some_and(|s| !s.is_empty()) {
+        match sess.userauth_agent(&t.user) {
+            Ok(()) if sess.authenticated() => return Ok("ssh-agent".into()),
+            Ok(()) => tried.push("ssh-agent (no key accepted)".to_string()),
+            Err(e) => tried.push(format!("ssh-agent ({})", e.message())),
+        }
+    } else {
+        tried.push("ssh-agent (SSH_AUTH_SOCK is not set)".to_string());
+    }
+    for file in &t.identity_files {
+        if !file.is_file() {
+            tried.push(format!("{} (no such file)", file.display()));
+            continue;
+        }
+        match sess.userauth_pubkey_file(&t.user, None, file, None) {
+            Ok(()) if sess.authenticated() => return Ok(format!("key {}", file.display())),
+            Ok(()) => tried.push(format!("{} (not accepted)", file.display())),
+            // A passphrase-protected key lands here too: such keys belong in ssh-agent.
+            Err(e) => tried.push(format!("{} ({})", file.display(), e.message())),
+        }
+    }
+    Err(tried)
+}
+
+impl Node {
+    pub fn host(&self) -> String {
+        self.target.display()
+    }
+
+    /// Runs a command line (already quoted), feeding `stdin`, and collects its output.
+    pub fn run(&self, what: &str, command: &str, stdin: Option<&[u8]>) -> Result<Output, SshError> {
+        let (host, t) = (self.host(), self.limits.command);
+        let mut ch = self.sess.channel_session().map_err(|e| SshError::ssh(&host, what, e, t))?;
+        ch.exec(command).map_err(|e| SshError::ssh(&host, what, e, t))?;
+        if let Some(data) = stdin {
+            // Chunked so the per-call timeout measures progress, not the whole upload.
+            for chunk in data.chunks(1 << 20) {
+                ch.write_all(chunk).map_err(|e| SshError::io(&host, what, e, t))?;
+            }
+        }
+        ch.send_eof().map_err(|e| SshError::ssh(&host, what, e, t))?;
+        let mut stdout = String::new();
+        ch.read_to_string(&mut stdout).map_err(|e| SshError::io(&host, what, e, t))?;
+        let mut stderr = String::new();
+        ch.stderr().read_to_string(&mut stderr).map_err(|e| SshError::io(&host, what, e, t))?;
+        ch.wait_close().map_err(|e| SshError::ssh(&host, what, e, t))?;
+        let status = ch.exit_status().map_err(|e| SshError::ssh(&host, what, e, t))?;
+        Ok(Output { status, stdout, stderr })
+    }
+
+    /// Like `run`, but a non-zero exit is an error quoting the command's stderr.
+    pub fn check(&self, what: &str, command: &str, stdin: Option<&[u8]>) -> Result<String, SshError> {
+        let out = self.run(what, command, stdin)?;
+        if out.status != 0 {
+            let stderr = out.stderr.trim().lines().rev().take(5).collect::<Vec<_>>().join(" | ");
+            return Err(SshError::Failed { host: self.host(), what: what.into(), status: out.status, stderr });
+        }
+        Ok(out.stdout)
+    }
+}
