@@ -16,5 +16,5 @@ for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "fdbench" and m.get("executable"):
         print(m["executable"])')
-export FD_BENCH_BIN FD_PYTHON="$FD_VENV/bin/python"
+export FD_BENCH_BIN FD_PYTHON="$FD_VENV/bin/python" PYTHONDONTWRITEBYTECODE=1
 exec "$FD_PYTHON" benches/driver/bench.py "${@:-all}"
