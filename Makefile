@@ -55,3 +55,25 @@ fmt:
 
 lint: $(TORCH_ENV)
 	cargo clippy --release --all-targets -- -D warnings
+
+# Benchmarks against their references; results land in docs/benchmarks.md. Never part of
+# `make test`. BENCH_REPS / BENCH_HISTORY_REPS change the repetitions per side.
+.PHONY: bench bench-train bench-allreduce bench-overhead bench-history bench-tensorboard
+bench: build bench-tensorboard
+	scripts/bench.sh all
+
+bench-train: build
+	scripts/bench.sh train
+
+bench-allreduce: build
+	scripts/bench.sh allreduce
+
+bench-overhead: build
+	scripts/bench.sh overhead
+
+bench-history: build bench-tensorboard
+	scripts/bench.sh history
+
+# TensorBoard's own writer and loader, for the history reference: into the PyTorch venv, once.
+bench-tensorboard: $(TORCH_ENV)
+	@$(FD_VENV)/bin/python -c 'import tensorboard' 2>/dev/null || $(FD_VENV)/bin/pip install --quiet 'tensorboard==2.21.0'

@@ -1,0 +1,69 @@
+//! `fdbench`: the Flightdeck side of `make bench`, one subcommand per role a driver starts.
+//!
+//! The drivers in `benches/driver/` start these as separate processes (as the Python references
+//! are), time what they report, and print the tables. Run by hand with
+//! `cargo bench --bench fdbench -- SUBCOMMAND ...`; every subcommand prints one JSON object per
+//! line on stdout.
+mod allreduce;
+mod history;
+mod roles;
+
+use anyhow::{bail, Context};
+
+const USAGE: &str = "usage: fdbench SUBCOMMAND [ARGS]
+  recipe FILE [--set k=v]...        the validated recipe as JSON (the worker's FLIGHTDECK_RECIPE)
+  store-host                        a rendezvous store on 127.0.0.1; prints its port, serves until stdin closes
+  arith SEED FIRST COUNT LEN        synthetic:arith sequences, for checking the Python port
+  allreduce SIZES_BYTES MIN_ITERS MAX_ITERS BUDGET_BYTES
+                                    one rank of the ring all-reduce benchmark (torchrun env)
+  history-write DIR RANKS STEPS     one run's metrics into a fresh store through the store writer
+  history-load DIR COLUMNS          reopen, read loss for every rank, draw the chart from rollups";
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    if let Err(e) = run(&args) {
+        eprintln!("fdbench: {e:#}");
+        std::process::exit(2);
+    }
+}
+
+fn run(args: &[String]) -> anyhow::Result<()> {
+    let Some((cmd, rest)) = args.split_first() else {
+        // `cargo bench` with no arguments: nothing to measure on its own; say how to.
+        println!("{USAGE}\n(`make bench` runs every benchmark with its reference)");
+        return Ok(());
+    };
+    match cmd.as_str() {
+        "recipe" => roles::recipe(rest),
+        "store-host" => roles::store_host(),
+        "arith" => roles::arith(&numbers(rest, 4, "arith SEED FIRST COUNT LEN")?),
+        "allreduce" => {
+            let [sizes, min_iters, max_iters, budget] = rest else {
+                bail!("allreduce takes SIZES_BYTES (comma-separated) MIN_ITERS MAX_ITERS BUDGET_BYTES\n{USAGE}");
+            };
+            let sizes = sizes.split(',').map(|s| parse_u64(s, "SIZES_BYTES")).collect::<Result<Vec<_>, _>>()?;
+            let iters = (parse_u64(min_iters, "MIN_ITERS")?, parse_u64(max_iters, "MAX_ITERS")?);
+            allreduce::main(&sizes, iters, parse_u64(budget, "BUDGET_BYTES")?)
+        }
+        "history-write" => {
+            let [dir, ranks, steps] = rest else { bail!("history-write takes DIR RANKS STEPS\n{USAGE}") };
+            history::write(dir.as_ref(), parse_u64(ranks, "RANKS")? as u32, parse_u64(steps, "STEPS")?)
+        }
+        "history-load" => {
+            let [dir, columns] = rest else { bail!("history-load takes DIR COLUMNS\n{USAGE}") };
+            history::load(dir.as_ref(), parse_u64(columns, "COLUMNS")? as usize)
+        }
+        other => bail!("unknown subcommand {other:?}\n{USAGE}"),
+    }
+}
+
+fn parse_u64(s: &str, what: &str) -> anyhow::Result<u64> {
+    s.trim().parse().with_context(|| format!("{what}: {s:?} is not a whole number ≥ 0"))
+}
+
+fn numbers(args: &[String], n: usize, usage: &str) -> anyhow::Result<Vec<u64>> {
+    if args.len() != n {
+        bail!("expected {usage}\n{USAGE}");
+    }
+    args.iter().map(|a| parse_u64(a, usage)).collect()
+}
