@@ -200,6 +200,9 @@ impl Analyzer {
             }
             AgentEvent::RunEnded { .. } => {}
             AgentEvent::GpuSample(_)
+            | AgentEvent::GpuXid { .. }
+            | AgentEvent::GpuEcc { .. }
+            | AgentEvent::GpuThrottle { .. }
             | AgentEvent::Log { .. }
             | AgentEvent::Notice { .. }
             | AgentEvent::BadFrame { .. }

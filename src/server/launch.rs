@@ -16,7 +16,7 @@ use std::process::Command;
 const STOP_GRACE_MS: u64 = 5000;
 /// How long a graceful stop may take (reach a step boundary, snapshot, write the checkpoint)
 /// before the agent falls back to SIGTERM: a step and a save of a large model.
-const SAVE_GRACE_MS: u64 = 120_000;
+pub const SAVE_GRACE_MS: u64 = 120_000;
 
 /// A resumed run's parent and the checkpoint it starts from.
 pub struct Lineage {

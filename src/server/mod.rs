@@ -4,10 +4,10 @@
 mod clients;
 mod incident;
 mod ingest;
-mod launch;
+pub(crate) mod launch;
 mod link;
 mod remote;
-mod tracker;
+pub(crate) mod tracker;
 mod transport;
 
 use crate::agent::lock;

@@ -95,6 +95,7 @@ pub async fn launch(
         step: 0,
         last_loss: None,
         parent: None,
+        resumed_from: None,
         agent_sockets: launched.iter().map(RemoteAgent::address).collect(),
         acked_seq: vec![0; launched.len()],
     };

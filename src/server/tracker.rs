@@ -315,7 +315,7 @@ impl Tracker {
 }
 
 /// The event text of a GPU event, for the run's event list.
-fn gpu_event_text(e: &AgentEvent) -> String {
+pub fn gpu_event_text(e: &AgentEvent) -> String {
     match e {
         AgentEvent::GpuXid { index, xid } => format!("GPU {index}: XID {xid} (see NVIDIA's XID catalogue)"),
         AgentEvent::GpuEcc { index, uncorrected: true } => format!("GPU {index}: uncorrected ECC error"),
@@ -354,6 +354,7 @@ mod gpu_tests {
             step: 0,
             last_loss: None,
             parent: None,
+            resumed_from: None,
             agent_sockets: vec![],
             acked_seq: vec![0],
         }

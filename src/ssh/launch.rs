@@ -109,6 +109,9 @@ impl Plan<'_> {
             recipe: self.recipe.clone(),
             exe: exe.into(),
             stop_grace_ms: STOP_GRACE_MS,
+            save_grace_ms: crate::server::launch::SAVE_GRACE_MS,
+            // Multi-node runs start fresh: `resume` of an SSH run is refused (docs/checkpoints.md).
+            resume_from: None,
         }
     }
 }

@@ -274,7 +274,7 @@ impl RunModel {
                 row.rss_bytes = Some(*rss_bytes);
             }
             AgentEvent::GpuSample(g) => {
-                self.gpus.insert(g.index, g.clone());
+                self.gpus.insert(g.index, (**g).clone());
             }
             AgentEvent::Log { rank, line, .. } => self.push_log(rank.0, line.clone()),
             AgentEvent::RankExited { rank, pid, status } => {
@@ -289,6 +289,10 @@ impl RunModel {
                 self.push_event(f.t_ms, EventKind::BadFrame, rank.map(|r| r.0), text);
             }
             AgentEvent::Heartbeat | AgentEvent::StackDump { .. } => {}
+            AgentEvent::GpuXid { .. } | AgentEvent::GpuEcc { .. } | AgentEvent::GpuThrottle { .. } => {
+                let text = crate::server::tracker::gpu_event_text(&f.event);
+                self.push_event(f.t_ms, EventKind::Notice, None, text);
+            }
             AgentEvent::RunEnded { outcome, reason } => {
                 self.record.status = match outcome {
                     RunOutcome::Succeeded => RunStatus::Succeeded,
