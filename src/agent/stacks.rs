@@ -206,18 +206,20 @@ pub fn clean_function(raw: &str) -> String {
     }
 }
 
-/// Puts ranks with identical stacks (every thread's functions, in thread order) together,
-/// largest group first; ranks without stacks come back as (rank, why).
+/// Puts ranks whose main threads (the training thread: tid = pid) have identical stacks
+/// together, largest group first; ranks without stacks come back as (rank, why). Helper threads
+/// differ between healthy ranks (rank 0 alone has the checkpoint writer, PyTorch's rank 0 the
+/// TCPStore server), so they are shown but never split a group.
 pub fn group(stacks: &[RankStacks]) -> (Vec<StackGroup>, Vec<(u32, String)>) {
-    let mut groups: Vec<(Vec<Vec<String>>, StackGroup)> = Vec::new();
+    let mut groups: Vec<(Vec<String>, StackGroup)> = Vec::new();
     let mut failures = Vec::new();
     for s in stacks {
         if s.threads.is_empty() {
             failures.push((s.rank, s.error.clone().unwrap_or_else(|| "no threads".into())));
             continue;
         }
-        let key: Vec<Vec<String>> =
-            s.threads.iter().map(|t| t.frames.iter().map(|f| f.function.clone()).collect()).collect();
+        let main = s.threads.iter().find(|t| t.tid == s.pid).unwrap_or(&s.threads[0]);
+        let key: Vec<String> = main.frames.iter().map(|f| f.function.clone()).collect();
         match groups.iter_mut().find(|(k, _)| *k == key) {
             Some((_, g)) => g.ranks.push(s.rank),
             None => groups.push((key, StackGroup { ranks: vec![s.rank], threads: s.threads.clone() })),

@@ -94,6 +94,16 @@ fn identical_stacks_group_and_the_odd_rank_stands_apart() {
     assert_eq!(failures, [(4, "gone".to_string())]);
 }
 
+#[test]
+fn a_helper_thread_only_one_rank_has_does_not_split_the_group() {
+    let mut zero = rank(0, "poll");
+    let frame = |f: &str| Frame { function: f.into(), location: None };
+    zero.threads.push(ThreadStack { tid: 999, name: Some("ckpt-writer".into()), frames: vec![frame("recv")] });
+    let (groups, _) = group(&[zero, rank(1, "park"), rank(2, "poll")]);
+    let ranks: Vec<Vec<u32>> = groups.iter().map(|g| g.ranks.clone()).collect();
+    assert_eq!(ranks, [vec![0, 2], vec![1]]);
+}
+
 #[tokio::test]
 async fn a_live_process_is_dumped_in_a_moment_and_keeps_running() {
     if native_tools().is_empty() {

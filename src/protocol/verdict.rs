@@ -131,7 +131,7 @@ pub struct RankStacks {
     pub error: Option<String>,
 }
 
-/// Ranks whose stacks are identical (frame by frame, thread by thread), with those stacks.
+/// Ranks whose main threads' stacks are identical frame by frame, with the first one's threads.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StackGroup {
     pub ranks: Vec<u32>,
