@@ -58,7 +58,7 @@ lint: $(TORCH_ENV)
 
 # Benchmarks against their references; results land in docs/benchmarks.md. Never part of
 # `make test`. BENCH_REPS / BENCH_HISTORY_REPS change the repetitions per side.
-.PHONY: bench bench-train bench-allreduce bench-overhead bench-history bench-tensorboard
+.PHONY: bench bench-train bench-allreduce bench-overhead bench-history bench-fanout bench-tensorboard
 bench: build bench-tensorboard
 	scripts/bench.sh all
 
@@ -73,6 +73,10 @@ bench-overhead: build
 
 bench-history: build bench-tensorboard
 	scripts/bench.sh history
+
+# pdsh and sshd come from scripts/install-deps.sh (make deps, which make build runs).
+bench-fanout: build
+	scripts/bench.sh fanout
 
 # TensorBoard's own writer and loader, for the history reference: into the PyTorch venv, once.
 bench-tensorboard: $(TORCH_ENV)

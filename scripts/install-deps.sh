@@ -16,6 +16,8 @@ have gdb || need+=(gdb)
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 have ssh-keygen || need+=(openssh-client)
 have ip || need+=(iproute2)
+# The SSH fan-out benchmark's reference (make bench-fanout).
+have pdsh || need+=(pdsh)
 if [ ${#need[@]} -gt 0 ]; then
   echo "install-deps: installing ${need[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive

@@ -355,3 +355,55 @@ fn doctor_checks_every_node_in_parallel_in_one_table() {
     assert!(stdout.contains("node1 reach: node1") && stdout.contains("cannot connect within 2 s"), "{stdout}");
     lab.assert_nothing_running();
 }
+
+#[test]
+fn a_hang_on_the_second_node_is_named_with_its_host_and_kill_leaves_nothing_on_any_node() {
+    if skip("a_hang_on_the_second_node_is_named_with_its_host_and_kill_leaves_nothing_on_any_node") {
+        return;
+    }
+    let lab = Lab::new(2);
+    lab.preinstall();
+    let db = Db::new();
+    // Rank 1 lives on node1; it sits in its data phase and never enters the next collective.
+    let extra = [
+        "--ranks-per-node",
+        "1",
+        "--set",
+        "train.steps=400",
+        "--set",
+        "model.d_model=64",
+        "--set",
+        "model.context=32",
+        "--set",
+        "fault.kind=hang-before-collective",
+        "--set",
+        "fault.rank=1",
+        "--set",
+        "fault.step=4",
+    ];
+    let args = launch_args(&lab, "tiny-gpt.toml", "node0,node1", &extra);
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut child = ssh_cmd(&db, &lab, &refs).stdout(std::process::Stdio::piped()).spawn().unwrap();
+    let mut lines = stdout_lines(&mut child);
+    let first = read_until(&mut lines, |l| l.starts_with("run "));
+    let id = first.trim_start_matches("run ").split(':').next().unwrap().to_string();
+    let verdict = read_until(&mut lines, |l| l.starts_with(&format!("{id} verdict ")));
+    assert!(verdict.contains("never-entered"), "{verdict}");
+
+    let show = db.json(&["show", &id, "--json"]);
+    let v = show["verdicts"].as_array().unwrap().iter().find(|v| v["kind"] == "never-entered").cloned();
+    let v = v.unwrap_or_else(|| panic!("no never-entered verdict: {}", show["verdicts"]));
+    let culprit = &v["culprits"][0];
+    assert_eq!(culprit["rank"], 1, "{v}");
+    assert_eq!(culprit["host"], "node1", "the culprit's host as the run names it: {v}");
+    assert!(culprit["pid"].as_u64().is_some(), "{v}");
+    assert_eq!(v["waiting"], serde_json::json!([0]), "{v}");
+
+    let out = ssh_cmd(&db, &lab, &["kill", &id]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let end = read_until(&mut lines, |l| l.starts_with(&format!("run {id} ")));
+    assert!(end.contains("killed"), "{end}");
+    assert!(!child.wait().unwrap().success());
+    db.finish();
+    lab.assert_nothing_running();
+}

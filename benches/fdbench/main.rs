@@ -5,6 +5,7 @@
 //! `cargo bench --bench fdbench -- SUBCOMMAND ...`; every subcommand prints one JSON object per
 //! line on stdout.
 mod allreduce;
+mod fanout;
 mod history;
 mod roles;
 
@@ -17,7 +18,8 @@ const USAGE: &str = "usage: fdbench SUBCOMMAND [ARGS]
   allreduce SIZES_BYTES MIN_ITERS MAX_ITERS BUDGET_BYTES
                                     one rank of the ring all-reduce benchmark (torchrun env)
   history-write DIR RANKS STEPS     one run's metrics into a fresh store through the store writer
-  history-load DIR COLUMNS          reopen, read loss for every rank, draw the chart from rollups";
+  history-load DIR COLUMNS          reopen, read loss for every rank, draw the chart from rollups
+  fanout SSH_CONFIG HOSTS COMMAND   COMMAND on every host (comma-separated aliases) over ssh2, in parallel";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
@@ -52,6 +54,11 @@ fn run(args: &[String]) -> anyhow::Result<()> {
         "history-load" => {
             let [dir, columns] = rest else { bail!("history-load takes DIR COLUMNS\n{USAGE}") };
             history::load(dir.as_ref(), parse_u64(columns, "COLUMNS")? as usize)
+        }
+        "fanout" => {
+            let [config, hosts, command] = rest else { bail!("fanout takes SSH_CONFIG HOSTS COMMAND\n{USAGE}") };
+            let hosts: Vec<String> = hosts.split(',').map(str::to_string).collect();
+            fanout::main(config.as_ref(), &hosts, command)
         }
         other => bail!("unknown subcommand {other:?}\n{USAGE}"),
     }

@@ -89,3 +89,17 @@ async fn serve_lines<R: AsyncRead + Unpin>(mut reader: BufReader<R>, tx: mpsc::S
         let _ = tx.send(Input::TelemetryClosed { rank }).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// The Python client speaks the same protocol version as the agent (it is refused otherwise,
+    /// and its rank then reports nothing).
+    #[test]
+    fn the_python_client_speaks_this_protocol_version() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/flightdeck_telemetry.py");
+        let text = std::fs::read_to_string(path).unwrap();
+        let line = text.lines().find(|l| l.starts_with("PROTOCOL_VERSION = ")).expect("a PROTOCOL_VERSION line");
+        let version: u32 = line["PROTOCOL_VERSION = ".len()..].split_whitespace().next().unwrap().parse().unwrap();
+        assert_eq!(version, crate::protocol::PROTOCOL_VERSION, "{path}");
+    }
+}

@@ -17,6 +17,12 @@ pub fn to_toml(recipe: &Recipe) -> Result<String, String> {
     if let Some(data) = obj.get_mut("data").and_then(Json::as_object_mut) {
         data.insert("source".into(), Json::String(source));
     }
+    // The typed `cluster.ssh` group is spelled as flat keys of `[cluster]` in the file.
+    if let Some(cluster) = obj.get_mut("cluster").and_then(Json::as_object_mut) {
+        if let Some(Json::Object(ssh)) = cluster.remove("ssh") {
+            cluster.extend(ssh);
+        }
+    }
     let table = to_toml_value(doc)?.ok_or("the recipe is empty")?;
     toml::to_string(&table).map_err(|e| e.to_string())
 }
