@@ -2,8 +2,8 @@
 (`fdbench fanout`: ssh2 sessions on their own threads, as a launch contacts its nodes) against
 `pdsh -R ssh` (one OpenSSH client process per host) on the same hosts.
 
-The hosts are loopback addresses 127.0.0.10–41, all served by one `sshd` listening on each
-(key authentication, host keys checked against a known_hosts file made here)."""
+The hosts are loopback addresses 127.0.0.10–41, each with its own `sshd` (key authentication,
+host keys checked against a known_hosts file made here)."""
 
 import os
 import shutil
@@ -22,8 +22,8 @@ def addr(i):
 
 
 class Hosts:
-    """A temporary sshd on COUNTS[-1] loopback addresses, with keys, a client config and a
-    known_hosts that trusts it; `close()` stops it and removes everything."""
+    """A temporary sshd on each of `n` loopback addresses, with keys, a client config and a
+    known_hosts that trusts them; `close()` stops them and removes everything."""
 
     def __init__(self, n):
         for tool in ("/usr/sbin/sshd", shutil.which("ssh-keygen"), shutil.which("pdsh"), shutil.which("ssh")):
@@ -36,15 +36,14 @@ class Hosts:
         for key in (host_key, client_key):
             subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key], check=True)
         shutil.copy(client_key + ".pub", self.path("authorized_keys"))
-        listen = "".join(f"ListenAddress {addr(i)}:{self.port}\n" for i in range(n))
-        with open(self.path("sshd.conf"), "w") as f:
-            f.write(
-                f"{listen}HostKey {host_key}\nPidFile {self.path('sshd.pid')}\n"
-                f"AuthorizedKeysFile {self.path('authorized_keys')}\nUsePAM no\nStrictModes no\n"
-                "PasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n"
-                # 32 handshakes at once: the defaults (10:30:100) would drop some of them.
-                "MaxStartups 256\nMaxSessions 64\nLogLevel ERROR\n"
-            )
+        for i in range(n):
+            with open(self.path(f"sshd{i}.conf"), "w") as f:
+                f.write(
+                    f"ListenAddress {addr(i)}:{self.port}\nHostKey {host_key}\nPidFile {self.path(f'sshd{i}.pid')}\n"
+                    f"AuthorizedKeysFile {self.path('authorized_keys')}\nUsePAM no\nStrictModes no\n"
+                    "PasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n"
+                    "LogLevel ERROR\n"
+                )
         public = open(host_key + ".pub").read().split()
         with open(self.path("known_hosts"), "w") as f:
             f.writelines(f"[{addr(i)}]:{self.port} {public[0]} {public[1]}\n" for i in range(n))
@@ -56,34 +55,44 @@ class Hosts:
                     "  StrictHostKeyChecking yes\n  BatchMode yes\n\n"
                 )
         os.makedirs("/run/sshd", exist_ok=True)
-        self.sshd = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", self.path("sshd.conf")])
-        self.wait_listening()
+        self.sshds = []
+        try:
+            for i in range(n):
+                conf = self.path(f"sshd{i}.conf")
+                self.sshds.append(subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", conf]))
+            for i in range(n):
+                self.wait_listening(i)
+        except BaseException:
+            self.close()
+            raise
 
     def path(self, name):
         return os.path.join(self.dir, name)
 
-    def wait_listening(self, timeout_s=30):
-        """Until the last address answers with an SSH banner (sshd binds them in order)."""
+    def wait_listening(self, i, timeout_s=30):
+        """Until host i answers with an SSH banner."""
         import socket
 
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                with socket.create_connection((addr(self.n - 1), self.port), timeout=1) as s:
+                with socket.create_connection((addr(i), self.port), timeout=1) as s:
                     if s.recv(4).startswith(b"SSH-"):
                         return
             except OSError:
                 pass
-            if self.sshd.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the benchmark's sshd did not listen on {addr(self.n - 1)}:{self.port}")
+            if self.sshds[i].poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the benchmark's sshd did not listen on {addr(i)}:{self.port}")
             time.sleep(0.05)
 
     def names(self, n):
         return [f"h{i}" for i in range(n)]
 
     def close(self):
-        self.sshd.terminate()
-        self.sshd.wait(10)
+        for sshd in self.sshds:
+            sshd.terminate()
+        for sshd in self.sshds:
+            sshd.wait(10)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -164,9 +173,10 @@ def run(tools, deadline, out=print):
     note = (
         "\n\nFan-out is what a launch pays (the server is already running): connect, check the host "
         "key, authenticate, run `true`, on every host in parallel. The process column adds "
-        "`fdbench`'s own start (it links libtorch, about 0.3 s), which a launch never pays; pdsh is "
-        "timed as a whole process, as a user runs it. One sshd serves all addresses, so both "
-        "sides share its per-connection cost on the same 2 cores."
+        "`fdbench`'s own start (it links libtorch: the difference between the two columns), which a "
+        "launch never pays; pdsh is "
+        "timed as a whole process, as a user runs it. Each host has its own sshd, all on this "
+        "machine's 2 cores, so both sides also pay the servers' per-connection cost."
     )
     repro = [
         f"- Flightdeck: `{cmd(['fdbench', 'fanout', 'SSH_CONFIG', 'h0,h1,...', 'true'])}`; pdsh: "

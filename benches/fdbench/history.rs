@@ -44,6 +44,7 @@ fn record(ranks: u32, steps: u64) -> RunRecord {
         step: 0,
         last_loss: None,
         parent: None,
+        resumed_from: None,
         agent_sockets: Vec::new(),
         acked_seq: vec![0],
     }
