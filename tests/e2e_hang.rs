@@ -190,7 +190,7 @@ fn a_size_mismatch_at_one_seq_is_named_and_is_not_called_a_death() {
 fn a_slow_rank_is_a_straggler_and_the_run_still_succeeds() {
     let db = Db::new();
     let mut sets = fault("slow", 3);
-    sets.push("fault.slow_pct=100".into());
+    sets.push("fault.slow_pct=300".into());
     let (mut child, mut lines, id) = launch(&db, 2, 30, &strs(&sets));
     let line = read_until(&mut lines, |l| l.starts_with(&format!("{id} verdict ")));
     assert!(line.contains("verdict straggler") && line.contains("rank 1 (local"), "{line}");

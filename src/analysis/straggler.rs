@@ -7,6 +7,9 @@ use super::{classify, median, Config, RankState};
 use crate::protocol::{CollectiveRecord, CollectiveState, StepMetrics, Verdict, VerdictKind};
 use std::collections::{BTreeMap, VecDeque};
 
+/// A rank is never called late for arriving less than this after the first (ms).
+pub const MIN_LATE_MS: f64 = 20.0;
+
 #[derive(Default)]
 pub struct Stragglers {
     /// Per rank: (step, data + forward + backward ms), newest last.
@@ -104,7 +107,9 @@ impl Stragglers {
             // Both signals must agree: arriving late is what holds the others up, and slow compute
             // says it is the rank's own work (not, say, a late start that a busy machine gave it).
             // Without arrivals (no collective yet), compute alone decides.
-            let late = lag.late_ms.is_none() || lag.late_pct() > margin;
+            // Lateness must also clear an absolute floor: a few milliseconds of skew are how a
+            // busy machine schedules, whatever fraction of a short CPU step they are.
+            let late = lag.late_ms.is_none_or(|l| l >= MIN_LATE_MS) && (lag.late_ms.is_none() || lag.late_pct() > margin);
             let slow = late
                 && lag.compute_excess_pct() > margin / 2.0
                 && lag.compute_excess_pct().max(lag.late_pct()) > margin;

@@ -158,6 +158,14 @@ pub async fn resume(
     let child_json = recipe_json.unwrap_or_else(|| parent.recipe_json.clone());
     let child: Recipe =
         serde_json::from_str(&child_json).context("the client sent a recipe this server cannot read")?;
+    let remote = |hosts: &[String]| hosts.iter().any(|h| h != "local");
+    if remote(&parent.hosts) || remote(&child.cluster.hosts) {
+        anyhow::bail!(
+            "run {id} ran on {}: resuming runs over SSH is not supported yet (the checkpoints stay on the first \
+             node, under cluster.remote_dir's runs/{id}/node-0); resume is for local runs",
+            parent.hosts.join(", ")
+        );
+    }
     let root = crate::store::checkpoints::root_of(&shared.db.run_dir(&id), &parent_recipe.checkpoint.dir);
     let chosen = tokio::task::spawn_blocking(move || crate::store::checkpoints::choose(&root, step))
         .await?
