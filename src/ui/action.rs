@@ -49,7 +49,7 @@ actions! {
     RecipePicker => "recipe_picker", "launch a recipe from recipes/";
     Refresh => "refresh", "reload from the server";
     Checkpoints => "checkpoints", "checkpoints of the selected or open run";
-    Resume => "resume", "resume from the selected checkpoint (else the newest verified; asks first)";
+    Resume => "resume", "resume from a checkpoint: the selected, else newest verified (asks)";
     Stop => "stop", "graceful stop: checkpoint, then exit (asks first)";
     Verify => "verify", "checkpoints: verify every byte (sha256)";
     Layout1 => "layout_1", "layout 1";

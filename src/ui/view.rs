@@ -4,7 +4,7 @@ use super::action::Action;
 use super::app::{App, Input, Overlay, Screen};
 use super::fmt::{self, STALE_MS};
 use super::layout::PanelKind;
-use super::panels::{chart, ckpts, collectives, compare, events, heatmap, help, logs, ranks};
+use super::panels::{chart, ckpts, collectives, compare, events, gpu, heatmap, help, logs, ranks};
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::{Color, Modifier, Style};
@@ -88,6 +88,7 @@ impl App {
                     spans.push(Span::styled(r.status.name(), fmt::status_style(r.status)));
                     spans.push(Span::raw(format!(" · step {}/{} · {} ranks", r.step, r.steps_planned, m.world())));
                     spans.extend(ckpts::lineage_spans(r));
+                    spans.extend(gpu::mfu_spans(m));
                     if let (true, Some(t)) = (m.is_live(), m.last_data_ms) {
                         let age = self.now_ms().saturating_sub(t);
                         let st = if age > STALE_MS { Style::new().fg(Color::Yellow) } else { fmt::dim() };
@@ -206,6 +207,7 @@ impl App {
             PanelKind::Events => events::render(m, &self.run.events, focused, area, buf),
             PanelKind::CompareChart => compare::render_chart(&self.compare, focused, area, buf),
             PanelKind::CompareTable => compare::render_table(&self.compare, focused, area, buf),
+            PanelKind::Gpu => gpu::render(m, focused, area, buf),
         }
     }
 }

@@ -4,6 +4,7 @@ pub mod ckpts;
 pub mod collectives;
 pub mod compare;
 pub mod events;
+pub mod gpu;
 pub mod heatmap;
 pub mod help;
 pub mod home;
