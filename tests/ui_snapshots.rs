@@ -9,9 +9,9 @@ use flightdeck::store::{CheckpointRecord, Point, ResumePoint, RunRecord};
 use flightdeck::ui::app::Screen;
 use flightdeck::ui::effects::{Command, DataEvent, Effects};
 use flightdeck::ui::io::mean_by_step;
+use flightdeck::ui::keymap::{Keymap, DEFAULT_KEYMAP};
 use flightdeck::ui::panels::chart::ParentLoss;
 use flightdeck::ui::panels::ckpts::{CkptList, Resumed};
-use flightdeck::ui::keymap::{Keymap, DEFAULT_KEYMAP};
 use flightdeck::ui::{layout, App, Start};
 use ratatui::backend::TestBackend;
 use ratatui::layout::Rect;
@@ -178,9 +178,8 @@ fn ckpt(run: &RunId, step: u64, saved_ms: u64, problem: Option<&str>) -> Checkpo
 
 /// Four checkpoints of `run`, every 10 steps to 40; step 30 lost a file.
 fn ckpt_list(run: &RunId, now: u64) -> CkptList {
-    let checkpoints = (1..=4)
-        .map(|i| ckpt(run, i * 10, now - (5 - i) * 2_000, (i == 3).then_some("optim.bin is missing")))
-        .collect();
+    let checkpoints =
+        (1..=4).map(|i| ckpt(run, i * 10, now - (5 - i) * 2_000, (i == 3).then_some("optim.bin is missing"))).collect();
     CkptList { run: run.clone(), dir: format!("/data/fd/runs/{run}/checkpoints"), latest: Some(40), checkpoints }
 }
 
@@ -326,7 +325,11 @@ fn gpu_frames(after: &AgentFrame) -> Vec<AgentFrame> {
     [g0, g1]
         .into_iter()
         .enumerate()
-        .map(|(i, g)| AgentFrame { seq: after.seq + 1 + i as u64, t_ms: after.t_ms, event: AgentEvent::GpuSample(Box::new(g)) })
+        .map(|(i, g)| AgentFrame {
+            seq: after.seq + 1 + i as u64,
+            t_ms: after.t_ms,
+            event: AgentEvent::GpuSample(Box::new(g)),
+        })
         .collect()
 }
 

@@ -46,6 +46,7 @@ fn record(ranks: u32, steps: u64) -> RunRecord {
         parent: None,
         agent_sockets: Vec::new(),
         acked_seq: vec![0],
+        resumed_from: None,
     }
 }
 

@@ -5,8 +5,8 @@ use super::keymap::Keymap;
 use super::layout::{LayoutDef, PanelKind, ScreenKind};
 use super::model::RunModel;
 use super::panels::{chart::ChartView, compare::CompareRun, compare::CompareView, events::EventsView};
-use super::panels::{home::HomeView, logs::LogsView, ranks::RanksView};
 use super::panels::{chart::ParentLoss, ckpts::CkptsView, ckpts::ResumePlan};
+use super::panels::{home::HomeView, logs::LogsView, ranks::RanksView};
 use crate::ids::RunId;
 use ratatui::layout::Rect;
 
@@ -240,7 +240,8 @@ impl App {
             }
             DataEvent::Snapshot(s) => {
                 let same = self.run.model.as_ref().is_none_or(|m| m.record.id == s.detail.run.id);
-                let watching = self.screen == Screen::Run || (self.screen == Screen::Checkpoints && self.ckpts.from_run);
+                let watching =
+                    self.screen == Screen::Run || (self.screen == Screen::Checkpoints && self.ckpts.from_run);
                 if watching && same {
                     self.run.model = Some(RunModel::from_snapshot(&s));
                     self.run.error = None;

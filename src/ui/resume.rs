@@ -39,8 +39,7 @@ impl App {
     }
 
     pub fn open_checkpoints(&mut self, record: RunRecord) {
-        let from_run = self.screen == Screen::Run
-            || (self.screen == Screen::Checkpoints && self.ckpts.from_run);
+        let from_run = self.screen == Screen::Run || (self.screen == Screen::Checkpoints && self.ckpts.from_run);
         let run = record.id.clone();
         self.ckpts = CkptsView::open(record, from_run);
         self.screen = Screen::Checkpoints;

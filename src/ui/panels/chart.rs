@@ -196,7 +196,8 @@ pub fn render(
     if let Some(p) = parent {
         let at = ((p.step as f64 - x0) / (x1 - x0) * f64::from(plot.width)) as u16;
         let label = format!("↳{}", p.step);
-        let lx = (plot.x + at.min(plot.width.saturating_sub(1))).min((plot.x + plot.width).saturating_sub(label.chars().count() as u16));
+        let lx = (plot.x + at.min(plot.width.saturating_sub(1)))
+            .min((plot.x + plot.width).saturating_sub(label.chars().count() as u16));
         buf.set_string(lx, by, &label, ratatui::style::Style::new().fg(RESUME_COLOR));
     }
 }

@@ -282,10 +282,9 @@ impl ResumePlan {
                 ),
                 red,
             )),
-            Some(s) => out.push(Line::from(vec![
-                key("trains"),
-                Span::raw(format!("steps {}–{}", s + 1, self.steps_planned)),
-            ])),
+            Some(s) => {
+                out.push(Line::from(vec![key("trains"), Span::raw(format!("steps {}–{}", s + 1, self.steps_planned))]))
+            }
             None => {}
         }
         if let Some((_, _, false)) = &self.expect {

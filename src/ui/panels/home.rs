@@ -191,7 +191,11 @@ impl HomeView {
             let mark = if self.marked.contains(&r.id) { "● " } else { "  " };
             let cells: [Cell; 9] = [
                 Cell::from(format!("{mark}{}", r.status.name())).style(fmt::status_style(r.status)),
-                Cell::from(if r.parent.is_some() { format!("↳ {}", fmt::truncate(&r.name, 12)) } else { fmt::truncate(&r.name, 14) }),
+                Cell::from(if r.parent.is_some() {
+                    format!("↳ {}", fmt::truncate(&r.name, 12))
+                } else {
+                    fmt::truncate(&r.name, 14)
+                }),
                 Cell::from(format!("{}/{}", r.step, r.steps_planned)),
                 Cell::from(fmt::opt_num(r.last_loss)),
                 Cell::from(fmt::duration_ms(duration(r, now_ms))),
