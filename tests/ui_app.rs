@@ -146,3 +146,58 @@ fn every_screen_draws_at_tiny_and_odd_sizes() {
         }
     }
 }
+
+#[test]
+fn stop_asks_first_and_resume_waits_for_a_stopped_run() {
+    let snap: RunSnapshot = fixture("open-snapshot.json");
+    let id = snap.detail.run.id.clone();
+    let mut app = app(Start::Open(id.to_string()));
+    app.on_data(DataEvent::Snapshot(Box::new(snap)));
+    app.effects.take();
+    typed(&mut app, "R");
+    assert!(app.overlay.is_none(), "a live run is stopped before it is resumed");
+    assert!(app.status.as_ref().is_some_and(|s| s.error && s.text.contains("stop it first (X saves a checkpoint)")));
+    typed(&mut app, "X");
+    assert!(matches!(app.overlay, Some(Overlay::ConfirmStop { .. })));
+    typed(&mut app, "n");
+    assert!(app.overlay.is_none() && app.effects.take().is_empty(), "any other key cancels");
+    typed(&mut app, "Xy");
+    assert_eq!(app.effects.take(), vec![Command::Stop { run: id.clone() }]);
+    // C from Run lists the open run's checkpoints; q comes back to the same Run screen,
+    // which kept its stream.
+    typed(&mut app, "C");
+    assert_eq!(app.screen, Screen::Checkpoints);
+    assert_eq!(app.effects.take(), vec![Command::LoadCheckpoints { run: id.clone(), verify: false }]);
+    typed(&mut app, "v");
+    assert_eq!(app.effects.take(), vec![Command::LoadCheckpoints { run: id.clone(), verify: true }]);
+    app.on_data(DataEvent::CheckpointsFailed { run: id.clone(), message: "checkpoints of run x: gone".into() });
+    assert_eq!(app.ckpts.error.as_deref(), Some("checkpoints of run x: gone"));
+    typed(&mut app, "q");
+    assert_eq!(app.screen, Screen::Run);
+    assert!(app.effects.take().is_empty(), "back to Run neither closes nor reopens the stream");
+    let frames: Vec<AgentFrame> = fixture("open-frames.json");
+    app.on_data(DataEvent::Frames { run: id, frames });
+    typed(&mut app, "X");
+    assert!(app.overlay.is_none(), "a finished run has nothing to stop");
+    assert!(app.status.as_ref().is_some_and(|s| s.text.contains("nothing to stop")));
+}
+
+#[test]
+fn checkpoints_and_gpu_screens_draw_at_tiny_and_odd_sizes() {
+    let snap: RunSnapshot = fixture("open-snapshot.json");
+    let runs: Vec<RunRecord> = fixture("runs.json");
+    for (w, h) in [(1, 1), (10, 3), (20, 6), (40, 12), (81, 25), (300, 90)] {
+        for keys in ["C", "R", "3"] {
+            let mut app = app(Start::Home);
+            app.area = Rect::new(0, 0, w, h);
+            app.on_data(DataEvent::Runs(runs.clone()));
+            if keys == "3" {
+                app.open_run(snap.detail.run.id.as_str());
+                app.on_data(DataEvent::Snapshot(Box::new(snap.clone())));
+            }
+            typed(&mut app, keys);
+            let mut t = Terminal::new(TestBackend::new(w, h)).expect("terminal");
+            t.draw(|f| f.render_widget(&app, f.area())).expect("draw");
+        }
+    }
+}

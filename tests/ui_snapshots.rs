@@ -2,11 +2,16 @@
 //! run; re-record with tests/ui_record_fixtures.rs) fed into the App, drawn on a TestBackend at
 //! 80×24 and 160×48 with a fixed clock.
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
-use flightdeck::ids::RunId;
-use flightdeck::protocol::{AgentFrame, RunSnapshot};
-use flightdeck::store::{Point, RunRecord};
+use flightdeck::agent::nvml_decode::{decode, RawGpuReading};
+use flightdeck::ids::{Rank, RunId};
+use flightdeck::protocol::{AgentEvent, AgentFrame, RunSnapshot};
+use flightdeck::store::{CheckpointRecord, Point, ResumePoint, RunRecord};
+use flightdeck::ui::app::Screen;
 use flightdeck::ui::effects::{Command, DataEvent, Effects};
+use flightdeck::ui::io::mean_by_step;
 use flightdeck::ui::keymap::{Keymap, DEFAULT_KEYMAP};
+use flightdeck::ui::panels::chart::ParentLoss;
+use flightdeck::ui::panels::ckpts::{CkptList, Resumed};
 use flightdeck::ui::{layout, App, Start};
 use ratatui::backend::TestBackend;
 use ratatui::layout::Rect;
@@ -151,5 +156,194 @@ fn help_from_the_keymap() {
         let mut app = live_app(size, 10, 0);
         keys(&mut app, "?");
         insta::assert_snapshot!(format!("help_{}x{}", size.0, size.1), draw(&app));
+    }
+}
+
+fn ckpt(run: &RunId, step: u64, saved_ms: u64, problem: Option<&str>) -> CheckpointRecord {
+    CheckpointRecord {
+        run: run.clone(),
+        step,
+        path: format!("/data/fd/runs/{run}/checkpoints/step-{step:08}"),
+        bytes: 1_234_567 + step * 10,
+        loss: Some(3.0 - step as f64 * 0.03),
+        saved_ms,
+        blocking_ms: 2.5,
+        write_ms: 41.0,
+        verified: problem.is_none(),
+        checked: "sha256".into(),
+        checked_ms: saved_ms,
+        problem: problem.map(String::from),
+    }
+}
+
+/// Four checkpoints of `run`, every 10 steps to 40; step 30 lost a file.
+fn ckpt_list(run: &RunId, now: u64) -> CkptList {
+    let checkpoints =
+        (1..=4).map(|i| ckpt(run, i * 10, now - (5 - i) * 2_000, (i == 3).then_some("optim.bin is missing"))).collect();
+    CkptList { run: run.clone(), dir: format!("/data/fd/runs/{run}/checkpoints"), latest: Some(40), checkpoints }
+}
+
+#[test]
+fn checkpoints_screen_and_resume_confirmation() {
+    for size in SIZES {
+        let runs = runs();
+        let now = end_ms(&runs);
+        let mut app = app(Start::Home, size, now);
+        app.on_data(DataEvent::Runs(runs));
+        app.effects.take();
+        keys(&mut app, "C");
+        let sent = app.effects.take();
+        let Some(Command::LoadCheckpoints { run, verify: false }) = sent.last().cloned() else {
+            panic!("C lists the selected run's checkpoints: {sent:?}")
+        };
+        insta::assert_snapshot!(format!("ckpts_loading_{}x{}", size.0, size.1), draw(&app));
+        app.on_data(DataEvent::Checkpoints(Box::new(ckpt_list(&run, now))));
+        let text = draw(&app);
+        assert!(text.contains("LATEST"), "{text}");
+        insta::assert_snapshot!(format!("ckpts_{}x{}", size.0, size.1), text);
+        // The cursor starts on the newest verified (40); two down is 20, past the broken 30.
+        keys(&mut app, "jjR");
+        let text = draw(&app);
+        assert!(text.contains("20 (selected)") && text.contains("step-00000020"), "{text}");
+        insta::assert_snapshot!(format!("ckpts_confirm_resume_{}x{}", size.0, size.1), text);
+        keys(&mut app, "y");
+        assert_eq!(app.effects.take(), vec![Command::Resume { run: run.clone(), step: Some(20) }]);
+        app.on_data(DataEvent::ResumeFailed("run X: checkpoint step 20: optim.bin is missing".into()));
+        let text = draw(&app);
+        assert!(text.contains("resume refused: run X: checkpoint step 20: optim.bin"), "{text}");
+        keys(&mut app, "q");
+        assert!(app.overlay.is_none());
+        assert_eq!(app.screen, Screen::Checkpoints, "closing the overlay stays on the list");
+        // A resume that starts switches to the child's Run screen.
+        let child = RunId("20261202T110000-c0de".into());
+        let resumed =
+            Resumed { run: child.clone(), parent: run.clone(), step: 20, path: "p".into(), skipped: Vec::new() };
+        app.on_data(DataEvent::Resumed(Box::new(resumed)));
+        assert_eq!(app.screen, Screen::Run);
+        assert!(app.effects.take().contains(&Command::Open { run: child.to_string() }));
+    }
+}
+
+#[test]
+fn resume_from_the_run_screen_names_the_newest_verified_checkpoint() {
+    // A finished run: R without the Checkpoints screen asks for the list, then names its newest
+    // verified checkpoint (40 here; 60 would be the last step, which the overlay warns about).
+    let mut snap: RunSnapshot = fixture("finished-snapshot.json");
+    snap.detail.run.steps_planned = 60;
+    let run = snap.detail.run.id.clone();
+    let now = snap.detail.run.ended_ms.unwrap_or(0) + 10_000;
+    let mut app = app(Start::Open(run.to_string()), (80, 24), now);
+    app.on_data(DataEvent::Snapshot(Box::new(snap)));
+    app.effects.take();
+    keys(&mut app, "R");
+    assert_eq!(app.effects.take(), vec![Command::LoadCheckpoints { run: run.clone(), verify: false }]);
+    assert!(draw(&app).contains("listing"), "{}", draw(&app));
+    app.on_data(DataEvent::Checkpoints(Box::new(ckpt_list(&run, now))));
+    let text = draw(&app);
+    assert!(text.contains("40 (newest verified)") && text.contains("steps 41–60"), "{text}");
+    insta::assert_snapshot!("run_confirm_resume_newest_80x24", text);
+    keys(&mut app, "n");
+    assert!(app.overlay.is_none() && app.effects.take().is_empty(), "any other key cancels");
+}
+
+/// The finished run as a child of the other recorded run, resumed from its step 20.
+fn child_snapshot() -> (RunSnapshot, ParentLoss) {
+    let mut snap: RunSnapshot = fixture("finished-snapshot.json");
+    let parent = RunId("20261202T105754-5919".into());
+    snap.detail.run.parent = Some(parent.clone());
+    snap.detail.run.resumed_from = Some(ResumePoint { step: 20, path: "/data/step-00000020".into() });
+    for s in &mut snap.series {
+        s.buckets.retain(|b| b.last_step > 20);
+    }
+    let points: Vec<(RunId, Vec<Point>)> = fixture("compare-points.json");
+    let mut mean = points.iter().find(|(r, _)| *r == parent).map(|(_, p)| mean_by_step(p)).expect("parent points");
+    mean.retain(|(s, _)| *s <= 20);
+    (snap, ParentLoss { parent, step: 20, points: mean })
+}
+
+#[test]
+fn resumed_run_chart_draws_the_parent_up_to_the_resume_step() {
+    for size in SIZES {
+        let (snap, loss) = child_snapshot();
+        let child = snap.detail.run.id.clone();
+        let mut app = app(Start::Open(child.to_string()), size, snap.detail.run.ended_ms.unwrap_or(0) + 1_000);
+        app.effects.take();
+        app.on_data(DataEvent::Snapshot(Box::new(snap)));
+        let sent = app.effects.take();
+        let want = Command::LoadParentLoss { child: child.clone(), parent: loss.parent.clone(), step: 20 };
+        assert_eq!(sent, vec![want], "a resumed run asks for its parent's loss");
+        app.on_data(DataEvent::ParentLoss { child, loss });
+        let text = draw(&app);
+        assert!(text.contains("↳20"), "the resume step is marked on the axis: {text}");
+        if size.0 >= 160 {
+            assert!(text.contains("↳ 20261202T105754-5919@20"), "the header names the parent: {text}");
+        }
+        insta::assert_snapshot!(format!("run_resumed_chart_{}x{}", size.0, size.1), text);
+    }
+}
+
+#[test]
+fn home_shows_lineage() {
+    for size in SIZES {
+        let mut runs = runs();
+        let now = end_ms(&runs);
+        let mut child = runs[0].clone();
+        child.id = RunId("20261202T110000-c0de".into());
+        child.parent = Some(runs[0].id.clone());
+        child.resumed_from = Some(ResumePoint { step: 20, path: "/data/step-00000020".into() });
+        child.created_ms = now - 500;
+        runs.push(child);
+        let mut app = app(Start::Home, size, now);
+        app.on_data(DataEvent::Runs(runs));
+        let text = draw(&app);
+        assert!(text.contains("↳ tiny-gpt"), "{text}");
+        insta::assert_snapshot!(format!("home_lineage_{}x{}", size.0, size.1), text);
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct NvmlRecording {
+    ranks: Vec<(u32, u32)>,
+    readings: Vec<RawGpuReading>,
+}
+
+fn nvml(name: &str) -> NvmlRecording {
+    let path = format!("{}/tests/fixtures/nvml/{name}", env!("CARGO_MANIFEST_DIR"));
+    serde_json::from_str(&std::fs::read_to_string(&path).expect("fixture")).expect("fixture JSON")
+}
+
+/// GPU samples decoded from the recorded NVML readings: the H200 (second reading: power cap
+/// and thermal slowdown) as GPU 0 with rank 0's process on it, the L4 (no GPM) as GPU 1.
+fn gpu_frames(after: &AgentFrame) -> Vec<AgentFrame> {
+    let h200 = nvml("h200-training.json");
+    let ranks: Vec<(Rank, u32)> = h200.ranks.iter().map(|(r, p)| (Rank(*r), *p)).collect();
+    let g0 = decode(Some(&h200.readings[0]), &h200.readings[1], &ranks);
+    let l4 = nvml("l4-no-gpm.json");
+    let ranks: Vec<(Rank, u32)> = l4.ranks.iter().map(|(r, p)| (Rank(*r), *p)).collect();
+    let mut g1 = decode(None, &l4.readings[0], &ranks);
+    g1.index = 1;
+    [g0, g1]
+        .into_iter()
+        .enumerate()
+        .map(|(i, g)| AgentFrame {
+            seq: after.seq + 1 + i as u64,
+            t_ms: after.t_ms,
+            event: AgentEvent::GpuSample(Box::new(g)),
+        })
+        .collect()
+}
+
+#[test]
+fn gpu_layout_from_nvml_fixtures() {
+    let cut = frames().len() / 2;
+    for size in SIZES {
+        let mut app = live_app(size, cut, 0);
+        let run = app.run.model.as_ref().map(|m| m.record.id.clone()).expect("model");
+        let last = frames()[cut - 1].clone();
+        app.on_data(DataEvent::Frames { run, frames: gpu_frames(&last) });
+        keys(&mut app, "3");
+        let text = draw(&app);
+        assert!(text.contains("gpus 2 · 1 slowed") && text.contains("MFU"), "{text}");
+        insta::assert_snapshot!(format!("run_gpu_{}x{}", size.0, size.1), text);
     }
 }

@@ -48,6 +48,10 @@ actions! {
     PrevLogRank => "prev_log_rank", "logs: previous rank";
     RecipePicker => "recipe_picker", "launch a recipe from recipes/";
     Refresh => "refresh", "reload from the server";
+    Checkpoints => "checkpoints", "checkpoints of the selected or open run";
+    Resume => "resume", "resume from a checkpoint: the selected, else newest verified (asks)";
+    Stop => "stop", "graceful stop: checkpoint, then exit (asks first)";
+    Verify => "verify", "checkpoints: verify every byte (sha256)";
     Layout1 => "layout_1", "layout 1";
     Layout2 => "layout_2", "layout 2";
     Layout3 => "layout_3", "layout 3";

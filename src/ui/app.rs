@@ -5,6 +5,7 @@ use super::keymap::Keymap;
 use super::layout::{LayoutDef, PanelKind, ScreenKind};
 use super::model::RunModel;
 use super::panels::{chart::ChartView, compare::CompareRun, compare::CompareView, events::EventsView};
+use super::panels::{chart::ParentLoss, ckpts::CkptsView, ckpts::ResumePlan};
 use super::panels::{home::HomeView, logs::LogsView, ranks::RanksView};
 use crate::ids::RunId;
 use ratatui::layout::Rect;
@@ -19,6 +20,8 @@ pub enum Screen {
     Home,
     Run,
     Compare,
+    /// A run's checkpoints (`panels/ckpts.rs`), from Home or Run.
+    Checkpoints,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -27,6 +30,13 @@ pub enum Overlay {
         scroll: usize,
     },
     ConfirmKill {
+        run: RunId,
+        name: String,
+    },
+    /// What `R` will start, until confirmed and answered (`panels/ckpts.rs`).
+    ConfirmResume(ResumePlan),
+    /// Graceful stop: every rank checkpoints, then exits.
+    ConfirmStop {
         run: RunId,
         name: String,
     },
@@ -64,6 +74,8 @@ pub struct RunScreen {
     pub ranks: RanksView,
     pub logs: LogsView,
     pub events: EventsView,
+    /// A resumed run's parent loss up to the resume step, for the chart.
+    pub parent_loss: Option<ParentLoss>,
 }
 
 /// Where the cockpit opens.
@@ -90,6 +102,7 @@ pub struct App {
     pub home: HomeView,
     pub run: RunScreen,
     pub compare: CompareView,
+    pub ckpts: CkptsView,
     pub overlay: Option<Overlay>,
     pub input: Option<Input>,
     pub status: Option<Status>,
@@ -109,6 +122,7 @@ impl App {
             home: HomeView::default(),
             run: RunScreen::default(),
             compare: CompareView::default(),
+            ckpts: CkptsView::default(),
             overlay: None,
             input: None,
             status: None,
@@ -155,7 +169,7 @@ impl App {
         let def = match self.screen {
             Screen::Run => self.run_layouts().get(self.run.layout).copied(),
             Screen::Compare => self.compare_layout(),
-            Screen::Home => None,
+            Screen::Home | Screen::Checkpoints => None,
         };
         let Some(def) = def else {
             return Placed { panels: Vec::new(), tabs: None, all: Vec::new() };
@@ -226,9 +240,12 @@ impl App {
             }
             DataEvent::Snapshot(s) => {
                 let same = self.run.model.as_ref().is_none_or(|m| m.record.id == s.detail.run.id);
-                if self.screen == Screen::Run && same {
+                let watching =
+                    self.screen == Screen::Run || (self.screen == Screen::Checkpoints && self.ckpts.from_run);
+                if watching && same {
                     self.run.model = Some(RunModel::from_snapshot(&s));
                     self.run.error = None;
+                    self.ask_parent_loss();
                 }
             }
             DataEvent::Frames { run, frames } => match self.run.model.as_mut() {
@@ -258,6 +275,11 @@ impl App {
             }
             DataEvent::CompareSeries { run, points } => self.compare.set_points(&run, points),
             DataEvent::Done(text) => self.say(text),
+            ev @ (DataEvent::Checkpoints(_)
+            | DataEvent::CheckpointsFailed { .. }
+            | DataEvent::Resumed(_)
+            | DataEvent::ResumeFailed(_)
+            | DataEvent::ParentLoss { .. }) => return self.on_lineage_data(&ev),
             DataEvent::Error(text) => {
                 if self.screen == Screen::Run && self.run.model.is_none() {
                     self.run.error = Some(text.clone());

@@ -35,6 +35,26 @@ pub enum Command {
     LoadCompare {
         runs: Vec<RunId>,
     },
+    /// A run's checkpoints, checked on disk (sizes; every byte's sha256 when `verify`).
+    LoadCheckpoints {
+        run: RunId,
+        verify: bool,
+    },
+    /// A child of `run` from its checkpoint at `step` (None: the newest that verifies).
+    Resume {
+        run: RunId,
+        step: Option<u64>,
+    },
+    /// Graceful stop: every rank checkpoints, then exits.
+    Stop {
+        run: RunId,
+    },
+    /// The parent's mean loss up to `step`, drawn before a resumed run's own.
+    LoadParentLoss {
+        child: RunId,
+        parent: RunId,
+        step: u64,
+    },
 }
 
 /// What comes back, as events for the UI task.
@@ -61,6 +81,18 @@ pub enum DataEvent {
     CompareSeries {
         run: RunId,
         points: Vec<(u64, f64)>,
+    },
+    Checkpoints(Box<crate::ui::panels::ckpts::CkptList>),
+    CheckpointsFailed {
+        run: RunId,
+        message: String,
+    },
+    Resumed(Box<crate::ui::panels::ckpts::Resumed>),
+    /// The server refused a resume: its message.
+    ResumeFailed(String),
+    ParentLoss {
+        child: RunId,
+        loss: crate::ui::panels::chart::ParentLoss,
     },
     /// Something done, to say in the status line.
     Done(String),

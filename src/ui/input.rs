@@ -8,7 +8,8 @@ use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, MouseButton, MouseEvent,
 use ratatui::layout::{Position, Rect};
 use std::path::PathBuf;
 
-const COMMANDS: &str = "run RECIPE [k=v ...], open RUN, attach RUN, kill, layout NAME, compare, help, q";
+const COMMANDS: &str =
+    "run RECIPE [k=v ...], open RUN, attach RUN, kill, stop, ckpts, resume, layout NAME, compare, help, q";
 
 impl App {
     pub fn on_key(&mut self, k: KeyEvent) -> bool {
@@ -42,6 +43,7 @@ impl App {
             _ => match self.screen {
                 Screen::Home => self.home_action(a),
                 Screen::Run => self.run_action(a),
+                Screen::Checkpoints => self.ckpts_action(a),
                 Screen::Compare => match a {
                     Action::Back => self.go_home(),
                     Action::ToggleLogY => self.compare.log_y = !self.compare.log_y,
@@ -71,6 +73,7 @@ impl App {
                 None => self.error("no run selected"),
             },
             Action::Refresh => self.effects.send(Command::ListRuns),
+            Action::Checkpoints | Action::Resume | Action::Stop => self.lineage_action(a),
             _ => {
                 let page = self.page();
                 self.home.on_action(a, now, page);
@@ -104,6 +107,7 @@ impl App {
             Action::FocusPrev => self.run.focus = (self.run.focus + n_panels - 1) % n_panels,
             Action::Zoom => self.run.zoom = !self.run.zoom,
             Action::Kill => self.ask_kill_open_run(),
+            Action::Checkpoints | Action::Resume | Action::Stop => self.lineage_action(a),
             Action::Refresh => {
                 let q = self.run.model.as_ref().map(|m| m.record.id.to_string()).unwrap_or(self.run.query.clone());
                 self.open_run(&q);
@@ -161,6 +165,8 @@ impl App {
                 }
                 self.overlay = None;
             }
+            Overlay::ConfirmResume(_) => self.on_resume_key(k),
+            Overlay::ConfirmStop { .. } => self.on_stop_key(k),
             Overlay::Picker { recipes, cursor } => {
                 let n = recipes.as_ref().map(|r| r.len()).unwrap_or(0);
                 match action {
@@ -235,7 +241,7 @@ impl App {
                 self.home.cursor = 0;
             }
             Screen::Run => self.run.logs.search = text,
-            Screen::Compare => {}
+            Screen::Compare | Screen::Checkpoints => {}
         }
     }
 
@@ -268,6 +274,9 @@ impl App {
                 }
             },
             ("compare", []) => self.open_compare(),
+            ("ckpts" | "checkpoints", []) => self.lineage_action(Action::Checkpoints),
+            ("resume", []) => self.lineage_action(Action::Resume),
+            ("stop", []) => self.lineage_action(Action::Stop),
             ("help", []) => self.overlay = Some(Overlay::Help { scroll: 0 }),
             _ => self.error(format!("unknown command :{line}; commands: {COMMANDS}")),
         }
@@ -313,6 +322,11 @@ impl App {
                 if let Some(a) = scroll {
                     let page = self.page();
                     self.panel_action(a, page);
+                }
+            }
+            Screen::Checkpoints => {
+                if let Some(a) = scroll {
+                    self.ckpts_action(a);
                 }
             }
             Screen::Compare => {}

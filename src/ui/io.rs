@@ -1,6 +1,7 @@
 //! The live side of `Effects`: carries the cockpit's commands to the server off the UI task
 //! and sends what comes back as events. One connection per request; a stream has its own.
 use super::effects::{Command, DataEvent};
+use super::panels::{chart::ParentLoss, ckpts::CkptList, ckpts::Resumed};
 use crate::client::Client;
 use crate::paths::DbPaths;
 use crate::protocol::{Reply, Request};
@@ -139,6 +140,39 @@ async fn one(db: &DbPaths, cmd: Command, tx: &mpsc::Sender<DataEvent>) -> anyhow
                 }
             }
             return Ok(());
+        }
+        Command::LoadCheckpoints { run, verify } => {
+            let req = Request::Checkpoints { run: run.to_string(), verify };
+            match request(db, req).await {
+                Ok(Reply::Checkpoints { run, dir, latest, checkpoints }) => {
+                    DataEvent::Checkpoints(Box::new(CkptList { run, dir, latest, checkpoints }))
+                }
+                Ok(other) => anyhow::bail!("unexpected reply to the checkpoints of {run}: {other:?}"),
+                Err(e) => DataEvent::CheckpointsFailed { message: format!("checkpoints of run {run}: {e:#}"), run },
+            }
+        }
+        Command::Resume { run, step } => {
+            let req = Request::Resume { run: run.to_string(), step, recipe_json: None, name: None };
+            match request(db, req).await {
+                Ok(Reply::Resumed { run, parent, step, path, skipped }) => {
+                    DataEvent::Resumed(Box::new(Resumed { run, parent, step, path, skipped }))
+                }
+                Ok(other) => anyhow::bail!("unexpected reply to resume: {other:?}"),
+                Err(e) => DataEvent::ResumeFailed(format!("{e:#}")),
+            }
+        }
+        Command::Stop { run } => {
+            request(db, Request::Stop { run: run.to_string() }).await?;
+            DataEvent::Done(format!("stop sent to run {run}: each rank saves a checkpoint, then exits"))
+        }
+        Command::LoadParentLoss { child, parent, step } => {
+            let req = Request::Metrics { run: parent.to_string(), key: Some("loss".into()), rank: None };
+            let Reply::Metrics { points } = request(db, req).await? else {
+                anyhow::bail!("unexpected reply to metrics of {parent}");
+            };
+            let mut points = mean_by_step(&points);
+            points.retain(|(s, _)| *s <= step);
+            DataEvent::ParentLoss { child, loss: ParentLoss { parent, step, points } }
         }
         Command::Open { .. } | Command::Close => return Ok(()),
     };

@@ -4,10 +4,11 @@ use ratatui::layout::{Constraint, Direction, Layout as RLayout, Rect};
 use std::path::Path;
 
 /// The built-in layouts, in the order `1`–`9` selects them.
-pub const BUILTIN: [(&str, &str); 3] = [
+pub const BUILTIN: [(&str, &str); 4] = [
     ("layouts/default.toml", include_str!("../../layouts/default.toml")),
     ("layouts/debug.toml", include_str!("../../layouts/debug.toml")),
     ("layouts/compare.toml", include_str!("../../layouts/compare.toml")),
+    ("layouts/gpu.toml", include_str!("../../layouts/gpu.toml")),
 ];
 
 /// Every panel a layout may name.
@@ -21,10 +22,11 @@ pub enum PanelKind {
     Events,
     CompareChart,
     CompareTable,
+    Gpu,
 }
 
 impl PanelKind {
-    pub const ALL: [PanelKind; 8] = [
+    pub const ALL: [PanelKind; 9] = [
         PanelKind::Chart,
         PanelKind::Ranks,
         PanelKind::Heatmap,
@@ -33,6 +35,7 @@ impl PanelKind {
         PanelKind::Events,
         PanelKind::CompareChart,
         PanelKind::CompareTable,
+        PanelKind::Gpu,
     ];
     pub fn name(self) -> &'static str {
         match self {
@@ -44,6 +47,7 @@ impl PanelKind {
             PanelKind::Events => "events",
             PanelKind::CompareChart => "compare_chart",
             PanelKind::CompareTable => "compare_table",
+            PanelKind::Gpu => "gpu",
         }
     }
     fn screen(self) -> ScreenKind {

@@ -13,6 +13,7 @@ pub mod keymap;
 pub mod layout;
 pub mod model;
 pub mod panels;
+mod resume;
 pub mod series;
 pub mod term;
 pub mod view;

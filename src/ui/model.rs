@@ -316,9 +316,20 @@ impl RunModel {
         }
     }
 
-    /// GPU sample of a rank: the GPU whose index is the rank's local rank (one node today).
+    /// GPU sample of a rank: the GPU NVML lists the rank's process on, else the GPU whose index
+    /// is the rank's local rank (GPUs are keyed by index: one node today).
     pub fn gpu_of(&self, row: &RankRow) -> Option<&GpuSample> {
-        row.local_rank.and_then(|l| self.gpus.get(&l))
+        let by_pid = self.gpus.values().find(|g| g.processes.iter().any(|p| p.rank.is_some_and(|r| r.0 == row.rank)));
+        by_pid.or_else(|| self.local_rank_of(row).and_then(|l| self.gpus.get(&l)))
+    }
+
+    /// A rank's local rank: as its agent reported it, else (ranks read from the store) its place
+    /// among the ranks on its host, as torchrun numbers them.
+    pub fn local_rank_of(&self, row: &RankRow) -> Option<u32> {
+        if row.local_rank.is_some() || row.host.is_empty() {
+            return row.local_rank;
+        }
+        Some(self.ranks.iter().filter(|r| r.host == row.host && r.rank < row.rank).count() as u32)
     }
 
     /// Metric names with data, `loss` first.

@@ -4,7 +4,7 @@ use super::action::Action;
 use super::app::{App, Input, Overlay, Screen};
 use super::fmt::{self, STALE_MS};
 use super::layout::PanelKind;
-use super::panels::{chart, collectives, compare, events, heatmap, help, logs, ranks};
+use super::panels::{chart, ckpts, collectives, compare, events, gpu, heatmap, help, logs, ranks};
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::{Color, Modifier, Style};
@@ -22,6 +22,7 @@ impl Widget for &App {
         match self.screen {
             Screen::Home => self.home.render(self.now_ms(), body, buf),
             Screen::Run | Screen::Compare => self.panels(buf),
+            Screen::Checkpoints => ckpts::render(&self.ckpts, self.now_ms(), body, buf),
         }
         self.footer(Rect { y: area.y + area.height - 1, height: 1, ..area }, buf);
         match &self.overlay {
@@ -30,6 +31,14 @@ impl Widget for &App {
                 let text =
                     format!("Kill run {name} ({run})? Every rank gets SIGKILL.  y: kill · any other key: cancel");
                 popup(" kill ", vec![Line::styled(text, Style::new().fg(Color::Red))], body, buf);
+            }
+            Some(Overlay::ConfirmResume(plan)) => popup(" resume · a child run ", plan.lines(), body, buf),
+            Some(Overlay::ConfirmStop { run, name }) => {
+                let text = format!(
+                    "Stop run {name} ({run}) gracefully? Every rank saves a checkpoint, then exits \
+                     (SIGTERM; SIGKILL after the grace period).  y: stop · any other key: cancel"
+                );
+                popup(" stop ", vec![Line::styled(text, Style::new().fg(Color::Yellow))], body, buf);
             }
             Some(Overlay::Picker { recipes, cursor }) => {
                 let lines: Vec<Line> = match recipes {
@@ -69,6 +78,7 @@ impl App {
         match self.screen {
             Screen::Home => spans.push(Span::styled("home", bold)),
             Screen::Compare => spans.push(Span::styled(format!("compare · {} runs", self.compare.runs.len()), bold)),
+            Screen::Checkpoints => spans.extend(ckpts::header(&self.ckpts)),
             Screen::Run => match &self.run.model {
                 None => spans.push(Span::raw(format!("opening {}…", self.run.query))),
                 Some(m) => {
@@ -77,6 +87,8 @@ impl App {
                     spans.push(Span::raw(" "));
                     spans.push(Span::styled(r.status.name(), fmt::status_style(r.status)));
                     spans.push(Span::raw(format!(" · step {}/{} · {} ranks", r.step, r.steps_planned, m.world())));
+                    spans.extend(ckpts::lineage_spans(r));
+                    spans.extend(gpu::mfu_spans(m));
                     if let (true, Some(t)) = (m.is_live(), m.last_data_ms) {
                         let age = self.now_ms().saturating_sub(t);
                         let st = if age > STALE_MS { Style::new().fg(Color::Yellow) } else { fmt::dim() };
@@ -120,6 +132,7 @@ impl App {
                 (k(Action::Filter), "filter"),
                 (k(Action::Select), "mark"),
                 (k(Action::Compare), "compare"),
+                (k(Action::Checkpoints), "ckpts"),
                 (k(Action::Sort), "sort"),
                 (k(Action::Back), "quit"),
             ],
@@ -132,10 +145,21 @@ impl App {
                 (k(Action::ToggleLogY), "log-y"),
                 (k(Action::ToggleAxis), "axis"),
                 (k(Action::TogglePerRank), "ranks"),
+                (k(Action::Checkpoints), "ckpts"),
+                (k(Action::Resume), "resume"),
+                (k(Action::Stop), "stop"),
                 (k(Action::Kill), "kill"),
                 (k(Action::Back), "back"),
             ],
             Screen::Compare => vec![(k(Action::ToggleLogY), "log-y"), (k(Action::Back), "back")],
+            Screen::Checkpoints => vec![
+                (k(Action::Help), "help"),
+                (k(Action::Down), "select"),
+                (k(Action::Resume), "resume from selected"),
+                (k(Action::Verify), "verify"),
+                (k(Action::Stop), "stop run"),
+                (k(Action::Back), "back"),
+            ],
         };
         pairs.iter().map(|(key, what)| format!("{key} {what}")).collect::<Vec<_>>().join(" · ")
     }
@@ -175,7 +199,7 @@ impl App {
     fn panel(&self, kind: PanelKind, area: Rect, focused: bool, buf: &mut Buffer) {
         let m = self.run.model.as_ref();
         match kind {
-            PanelKind::Chart => chart::render(m, &self.run.chart, focused, area, buf),
+            PanelKind::Chart => chart::render(m, &self.run.chart, self.run.parent_loss.as_ref(), focused, area, buf),
             PanelKind::Ranks => ranks::render(m, &self.run.ranks, focused, self.now_ms(), area, buf),
             PanelKind::Heatmap => heatmap::render(m, focused, area, buf),
             PanelKind::Collectives => collectives::render(m, focused, area, buf),
@@ -183,6 +207,7 @@ impl App {
             PanelKind::Events => events::render(m, &self.run.events, focused, area, buf),
             PanelKind::CompareChart => compare::render_chart(&self.compare, focused, area, buf),
             PanelKind::CompareTable => compare::render_table(&self.compare, focused, area, buf),
+            PanelKind::Gpu => gpu::render(m, focused, area, buf),
         }
     }
 }

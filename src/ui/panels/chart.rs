@@ -69,21 +69,47 @@ impl ChartView {
     }
 }
 
+/// A resumed run's parent: its mean loss over ranks up to the resume step, drawn before the
+/// child's own steps on the same step axis, with the resume step marked.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ParentLoss {
+    pub parent: crate::ids::RunId,
+    /// The checkpoint step the child started from (it trains `step + 1` onwards).
+    pub step: u64,
+    pub points: Vec<(u64, f64)>,
+}
+
+/// The parent's line and the resume marker.
+const PARENT_COLOR: Color = Color::LightMagenta;
+const RESUME_COLOR: Color = Color::Yellow;
+
 /// One line of the plot: points (x, y) already transformed.
 pub struct Trace {
     pub points: Vec<(f64, f64)>,
     pub color: Color,
 }
 
-pub fn render(model: Option<&RunModel>, view: &ChartView, focused: bool, area: Rect, buf: &mut Buffer) {
+pub fn render(
+    model: Option<&RunModel>,
+    view: &ChartView,
+    parent: Option<&ParentLoss>,
+    focused: bool,
+    area: Rect,
+    buf: &mut Buffer,
+) {
     let names = model.map(|m| m.metric_names()).unwrap_or_default();
     let metric = names.get(view.metric % names.len().max(1)).cloned().unwrap_or_else(|| "loss".into());
     let series = model.and_then(|m| m.metrics.get(&metric));
     let last = series.and_then(|s| s.cross.last()).copied();
-    let extra = match last {
+    let mut extra = match last {
         Some(a) => format!("mean {} · step {} · {}", fmt::num(a.mean()), a.step, view.flags()),
         None => view.flags(),
     };
+    // The parent's loss shares the step axis only (its wall times are another run's).
+    let parent = parent.filter(|p| metric == "loss" && !view.wall && !p.points.is_empty());
+    if let Some(p) = parent {
+        extra.push_str(&format!(" · ↳ resumed {}@{}", p.parent, p.step));
+    }
     let block = fmt::panel_block(fmt::title(&metric, extra), focused);
     let inner = block.inner(area);
     block.render(area, buf);
@@ -97,7 +123,8 @@ pub fn render(model: Option<&RunModel>, view: &ChartView, focused: bool, area: R
     let (Some(first), Some(lastp)) = (entries.first(), entries.last()) else {
         return;
     };
-    let (x0, x1) = (x_of(first.first), x_of(lastp.step).max(x_of(first.first) + 1.0));
+    let start = parent.and_then(|p| p.points.first()).map_or(x_of(first.first), |p| x_of(first.first).min(p.0 as f64));
+    let (x0, x1) = (start, x_of(lastp.step).max(start + 1.0));
     let gutter = 8u16;
     if inner.width <= gutter + 4 || inner.height < 3 {
         Paragraph::new(format!("{} {}", metric, fmt::num(lastp.mean()))).render(inner, buf);
@@ -128,6 +155,16 @@ pub fn render(model: Option<&RunModel>, view: &ChartView, focused: bool, area: R
             traces.push(Trace { points: pts, color: RANK_COLORS[r % RANK_COLORS.len()] });
         }
     }
+    if let Some(p) = parent {
+        // One point per braille column: the column's last value.
+        let mut cols: Vec<Option<(f64, f64)>> = vec![None; ncols];
+        for &(s, v) in &p.points {
+            let Some(y) = ty(v) else { continue };
+            let c = (((s as f64 - x0) / (x1 - x0)) * ncols as f64).floor().max(0.0) as usize;
+            cols[c.min(ncols - 1)] = Some((s as f64, y));
+        }
+        traces.push(Trace { points: cols.into_iter().flatten().collect(), color: PARENT_COLOR });
+    }
     let ys = band.iter().flat_map(|b| [b.1, b.2]).chain(traces.iter().flat_map(|t| t.points.iter().map(|p| p.1)));
     let (mut y0, mut y1) = ys.fold((f64::MAX, f64::MIN), |(lo, hi), y| (lo.min(y), hi.max(y)));
     if y0 > y1 {
@@ -136,6 +173,10 @@ pub fn render(model: Option<&RunModel>, view: &ChartView, focused: bool, area: R
     let pad = ((y1 - y0) * 0.05).max(1e-9);
     y0 -= pad;
     y1 += pad;
+    if let Some(p) = parent {
+        let x = p.step as f64;
+        traces.insert(0, Trace { points: vec![(x, y0), (x, y1)], color: RESUME_COLOR });
+    }
     traces.push(Trace { points: mean, color: Color::Cyan });
     draw_plot(&band, &traces, [x0, x1], [y0, y1], plot, buf);
     // Axis labels: y at top and bottom of the gutter, x below the plot.
@@ -151,6 +192,13 @@ pub fn render(model: Option<&RunModel>, view: &ChartView, focused: bool, area: R
     let rx = (plot.x + plot.width).saturating_sub(right.chars().count() as u16);
     if rx > plot.x + left.chars().count() as u16 {
         buf.set_string(rx, by, &right, fmt::dim());
+    }
+    if let Some(p) = parent {
+        let at = ((p.step as f64 - x0) / (x1 - x0) * f64::from(plot.width)) as u16;
+        let label = format!("↳{}", p.step);
+        let lx = (plot.x + at.min(plot.width.saturating_sub(1)))
+            .min((plot.x + plot.width).saturating_sub(label.chars().count() as u16));
+        buf.set_string(lx, by, &label, ratatui::style::Style::new().fg(RESUME_COLOR));
     }
 }
 

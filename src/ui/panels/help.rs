@@ -24,7 +24,7 @@ pub fn lines(keymap: &Keymap) -> Vec<Line<'static>> {
     }
     out.push(Line::from(vec![
         Span::styled(format!("{:<16}", fmt::truncate(&layouts.join(" "), 15)), Style::new().fg(Color::Cyan)),
-        Span::raw("layouts 1–9 (run: default, debug, then yours)"),
+        Span::raw("layouts 1–9 (run: default, debug, gpu, then yours)"),
     ]));
     out.push(Line::from(vec![
         Span::styled(format!("{:<16}", "mouse"), Style::new().fg(Color::Cyan)),

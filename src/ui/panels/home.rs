@@ -128,6 +128,19 @@ impl HomeView {
         }
     }
 
+    /// `↳ NAME@STEP` (or the parent's id when it is not listed) for a resumed run.
+    fn lineage(&self, r: &RunRecord) -> String {
+        let Some(p) = &r.parent else { return "-".into() };
+        let who = match self.runs.iter().find(|x| &x.id == p) {
+            Some(x) => x.name.clone(),
+            None => p.to_string(),
+        };
+        match &r.resumed_from {
+            Some(from) => fmt::truncate(&format!("↳ {who}@{}", from.step), 20),
+            None => fmt::truncate(&format!("↳ {who}"), 20),
+        }
+    }
+
     /// Keeps the cursor on a row after the list changed.
     pub fn clamp(&mut self, now_ms: u64) {
         self.cursor = self.cursor.min(self.visible(now_ms).len().saturating_sub(1));
@@ -178,14 +191,18 @@ impl HomeView {
             let mark = if self.marked.contains(&r.id) { "● " } else { "  " };
             let cells: [Cell; 9] = [
                 Cell::from(format!("{mark}{}", r.status.name())).style(fmt::status_style(r.status)),
-                Cell::from(fmt::truncate(&r.name, 14)),
+                Cell::from(if r.parent.is_some() {
+                    format!("↳ {}", fmt::truncate(&r.name, 12))
+                } else {
+                    fmt::truncate(&r.name, 14)
+                }),
                 Cell::from(format!("{}/{}", r.step, r.steps_planned)),
                 Cell::from(fmt::opt_num(r.last_loss)),
                 Cell::from(fmt::duration_ms(duration(r, now_ms))),
                 Cell::from(r.world_size.to_string()),
                 Cell::from(r.id.to_string()),
                 Cell::from(fmt::truncate(&r.recipe_name, 14)),
-                Cell::from(r.parent.as_ref().map(|p| p.to_string()).unwrap_or_else(|| "-".into())),
+                Cell::from(self.lineage(r)),
             ];
             Row::new(cells.into_iter().zip(&keep).filter(|(_, k)| **k).map(|(c, _)| c))
         });

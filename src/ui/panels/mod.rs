@@ -1,8 +1,10 @@
 //! The cockpit's panels: one file each, holding its view state, its keys and its drawing.
 pub mod chart;
+pub mod ckpts;
 pub mod collectives;
 pub mod compare;
 pub mod events;
+pub mod gpu;
 pub mod heatmap;
 pub mod help;
 pub mod home;

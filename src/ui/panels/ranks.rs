@@ -76,7 +76,7 @@ pub fn render(model: Option<&RunModel>, view: &RanksView, focused: bool, now_ms:
         ("PID", 7, 8),
     ];
     if has_gpu {
-        cols.extend([("GPU%", 5, 6), ("MEM", 13, 6), ("W", 5, 9), ("°C", 4, 9)]);
+        cols.extend([("GPU", 3, 6), ("GPU%", 5, 6), ("MEM", 13, 6), ("W", 5, 9), ("°C", 4, 9)]);
     } else {
         cols.extend([("CPU%", 5, 6), ("RSS", 7, 6)]);
     }
@@ -104,12 +104,13 @@ pub fn render(model: Option<&RunModel>, view: &RanksView, focused: bool, now_ms:
         ];
         match model.gpu_of(r) {
             Some(g) if has_gpu => cells.extend([
+                Cell::from(g.index.to_string()),
                 Cell::from(format!("{:.0}", g.util_pct)),
                 Cell::from(format!("{}/{}", fmt::bytes(g.mem_used_bytes), fmt::bytes(g.mem_total_bytes))),
                 Cell::from(format!("{:.0}", g.power_w)),
                 Cell::from(format!("{:.0}", g.temp_c)),
             ]),
-            _ if has_gpu => cells.extend(["-", "-", "-", "-"].map(Cell::from)),
+            _ if has_gpu => cells.extend(["-", "-", "-", "-", "-"].map(Cell::from)),
             _ => cells.extend([
                 Cell::from(r.cpu_pct.map(|c| format!("{c:.0}")).unwrap_or_else(|| "-".into())),
                 Cell::from(r.rss_bytes.map(fmt::bytes).unwrap_or_else(|| "-".into())),
