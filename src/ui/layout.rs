@@ -21,10 +21,13 @@ pub enum PanelKind {
     Events,
     CompareChart,
     CompareTable,
+    Matrix,
+    Stacks,
+    Verdict,
 }
 
 impl PanelKind {
-    pub const ALL: [PanelKind; 8] = [
+    pub const ALL: [PanelKind; 11] = [
         PanelKind::Chart,
         PanelKind::Ranks,
         PanelKind::Heatmap,
@@ -33,6 +36,9 @@ impl PanelKind {
         PanelKind::Events,
         PanelKind::CompareChart,
         PanelKind::CompareTable,
+        PanelKind::Matrix,
+        PanelKind::Stacks,
+        PanelKind::Verdict,
     ];
     pub fn name(self) -> &'static str {
         match self {
@@ -44,6 +50,9 @@ impl PanelKind {
             PanelKind::Events => "events",
             PanelKind::CompareChart => "compare_chart",
             PanelKind::CompareTable => "compare_table",
+            PanelKind::Matrix => "matrix",
+            PanelKind::Stacks => "stacks",
+            PanelKind::Verdict => "verdict",
         }
     }
     fn screen(self) -> ScreenKind {

@@ -6,5 +6,8 @@ pub mod events;
 pub mod heatmap;
 pub mod help;
 pub mod home;
+pub mod banner;
 pub mod logs;
+pub mod matrix;
 pub mod ranks;
+pub mod stacks;
