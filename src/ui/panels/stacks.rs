@@ -147,7 +147,12 @@ fn draw(view: &StacksView, now_ms: u64, inner: Rect, buf: &mut Buffer) {
     let all = view.lines(now_ms);
     let max_scroll = all.len().saturating_sub(inner.height as usize);
     let lines: Vec<Line> = all.into_iter().skip(view.scroll.min(max_scroll)).collect();
-    Paragraph::new(lines).render(inner, buf);
+    // Frames stay one per line (cut at the edge); a message wraps so it is read whole.
+    let p = Paragraph::new(lines);
+    match view.state {
+        StacksState::Ready { .. } => p.render(inner, buf),
+        _ => p.wrap(ratatui::widgets::Wrap { trim: false }).render(inner, buf),
+    }
 }
 
 /// As a panel of the layout.
