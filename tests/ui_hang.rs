@@ -121,8 +121,9 @@ fn verdict(h: &Hung) -> Verdict {
 /// A dump as the server groups it: eu-stack's text of a worker for each rank, rank 1's main
 /// thread elsewhere (in the data loader).
 fn report(run: &RunId, ranks: &[u32], odd: u32) -> StackReport {
-    let text = std::fs::read_to_string(format!("{}/tests/fixtures/stacks/eu-stack-worker.txt", env!("CARGO_MANIFEST_DIR")))
-        .expect("eu-stack fixture");
+    let text =
+        std::fs::read_to_string(format!("{}/tests/fixtures/stacks/eu-stack-worker.txt", env!("CARGO_MANIFEST_DIR")))
+            .expect("eu-stack fixture");
     let threads = parse_eu_stack(&text);
     let pid = threads[0].tid;
     let stacks: Vec<RankStacks> = ranks
@@ -130,12 +131,26 @@ fn report(run: &RunId, ranks: &[u32], odd: u32) -> StackReport {
         .map(|&rank| {
             let mut threads = threads.clone();
             if rank == odd {
-                threads[0].frames.splice(0..2, [
-                    Frame { function: "std::thread::sleep".into(), location: None },
-                    Frame { function: "flightdeck::worker::train::next_batch".into(), location: Some("src/worker/train.rs:88".into()) },
-                ]);
+                threads[0].frames.splice(
+                    0..2,
+                    [
+                        Frame { function: "std::thread::sleep".into(), location: None },
+                        Frame {
+                            function: "flightdeck::worker::train::next_batch".into(),
+                            location: Some("src/worker/train.rs:88".into()),
+                        },
+                    ],
+                );
             }
-            RankStacks { rank, host: "local".into(), pid, tool: Some(StackTool::EuStack), elapsed_ms: 25 + u64::from(rank), threads, error: None }
+            RankStacks {
+                rank,
+                host: "local".into(),
+                pid,
+                tool: Some(StackTool::EuStack),
+                elapsed_ms: 25 + u64::from(rank),
+                threads,
+                error: None,
+            }
         })
         .collect();
     let (groups, failures) = flightdeck::agent::stacks::group(&stacks);
@@ -263,7 +278,13 @@ fn stacks_of_a_finished_run_say_why_not_and_ask_nothing() {
     let run = snap.detail.run.id.clone();
     let keymap = Keymap::parse("keymap.toml", DEFAULT_KEYMAP).expect("default keymap");
     let layouts = layout::load_all(None).expect("layouts");
-    let mut app = App::new(Effects::fixed(1_900_000_000_000), keymap, layouts, Start::Open(run.to_string()), Rect::new(0, 0, 100, 30));
+    let mut app = App::new(
+        Effects::fixed(1_900_000_000_000),
+        keymap,
+        layouts,
+        Start::Open(run.to_string()),
+        Rect::new(0, 0, 100, 30),
+    );
     app.on_data(DataEvent::Snapshot(Box::new(snap)));
     app.on_data(DataEvent::Frames { run, frames });
     app.effects.take();

@@ -164,7 +164,11 @@ impl App {
             self.say(format!("dumping stacks of {who}…"));
             self.effects.send(Command::Stacks { run, rank });
         }
-        match self.run_layouts().get(self.run.layout).and_then(|l| l.panels().iter().position(|p| *p == PanelKind::Stacks)) {
+        match self
+            .run_layouts()
+            .get(self.run.layout)
+            .and_then(|l| l.panels().iter().position(|p| *p == PanelKind::Stacks))
+        {
             Some(i) => self.run.focus = i,
             None => self.overlay = Some(Overlay::Stacks),
         }

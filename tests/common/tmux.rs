@@ -79,7 +79,7 @@ pub fn sgr_at(escaped: &str, needle: &str) -> Option<Vec<String>> {
         if rest[..text_end].contains(needle) {
             return Some(params);
         }
-        let Some(e) = esc else { return None };
+        let e = esc?;
         let after = &rest[e + 1..];
         let Some(body) = after.strip_prefix('[') else {
             rest = after;

@@ -90,9 +90,11 @@ pub fn render_panel(m: Option<&RunModel>, focused: bool, now_ms: u64, area: Rect
     };
     let v = shown.verdict;
     let key = Style::new().fg(Color::Cyan);
-    let mut lines = vec![
-        Line::from(vec![Span::styled(format!(" {} ", v.kind.name()), style(v.kind)), Span::raw(" "), Span::raw(v.summary.clone())]),
-    ];
+    let mut lines = vec![Line::from(vec![
+        Span::styled(format!(" {} ", v.kind.name()), style(v.kind)),
+        Span::raw(" "),
+        Span::raw(v.summary.clone()),
+    ])];
     for c in &v.culprits {
         let pid = c.pid.map(|p| format!(", pid {p}")).unwrap_or_default();
         let phase = c.phase.map(|p| format!(", phase {}", p.name())).unwrap_or_default();
@@ -102,8 +104,14 @@ pub fn render_panel(m: Option<&RunModel>, focused: bool, now_ms: u64, area: Rect
         ]));
     }
     if let Some(c) = &v.collective {
-        let text =
-            format!("{} #{} · {} elements · {} · step {}", c.op.name(), c.seq, c.elements, fmt::bytes(c.bytes), c.step.0);
+        let text = format!(
+            "{} #{} · {} elements · {} · step {}",
+            c.op.name(),
+            c.seq,
+            c.elements,
+            fmt::bytes(c.bytes),
+            c.step.0
+        );
         lines.push(Line::from(vec![Span::styled("collective ", key), Span::raw(text)]));
     }
     if !v.waiting.is_empty() {
@@ -112,7 +120,11 @@ pub fn render_panel(m: Option<&RunModel>, focused: bool, now_ms: u64, area: Rect
     }
     let held = fmt::duration_ms(held_ms(m, v, shown.live, now_ms));
     let after = fmt::duration_ms(v.duration_ms());
-    let when = if shown.live { format!("holds for {held}; detected after {after}") } else { format!("lasted {held}; detected after {after}") };
+    let when = if shown.live {
+        format!("holds for {held}; detected after {after}")
+    } else {
+        format!("lasted {held}; detected after {after}")
+    };
     lines.push(Line::from(vec![Span::styled("time ", key), Span::raw(when)]));
     let others = m.live_verdicts.iter().flatten().filter(|o| !std::ptr::eq(*o, v));
     for o in others {

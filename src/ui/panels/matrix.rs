@@ -88,7 +88,8 @@ pub fn render(model: Option<&RunModel>, cursor: usize, focused: bool, area: Rect
             RankRole::Waiting => Style::new().fg(Color::Yellow),
             RankRole::Bystander => fmt::dim(),
         };
-        let mut spans = vec![Span::styled(format!("{:<w$}", format!("r{rank}"), w = LABEL_W - 1), label_st), Span::raw(" ")];
+        let mut spans =
+            vec![Span::styled(format!("{:<w$}", format!("r{rank}"), w = LABEL_W - 1), label_st), Span::raw(" ")];
         for row in &rows {
             let (g, st) = cell(m, row, rank).glyph();
             spans.push(Span::styled(g, st));
@@ -96,13 +97,18 @@ pub fn render(model: Option<&RunModel>, cursor: usize, focused: bool, area: Rect
         }
         lines.push(Line::from(spans));
     }
-    let legend: Vec<Span> = [(Cell::Done, "done"), (Cell::InFlight, "in flight"), (Cell::NotEntered, "not entered"), (Cell::Failed, "failed")]
-        .into_iter()
-        .flat_map(|(c, what)| {
-            let (g, st) = c.glyph();
-            [Span::styled(g, st), Span::styled(format!(" {what}  "), fmt::dim())]
-        })
-        .collect();
+    let legend: Vec<Span> = [
+        (Cell::Done, "done"),
+        (Cell::InFlight, "in flight"),
+        (Cell::NotEntered, "not entered"),
+        (Cell::Failed, "failed"),
+    ]
+    .into_iter()
+    .flat_map(|(c, what)| {
+        let (g, st) = c.glyph();
+        [Span::styled(g, st), Span::styled(format!(" {what}  "), fmt::dim())]
+    })
+    .collect();
     let legend_y = inner.y + inner.height - 1;
     Paragraph::new(lines).render(Rect { height: inner.height - 1, ..inner }, buf);
     Paragraph::new(Line::from(legend)).render(Rect { y: legend_y, height: 1, ..inner }, buf);

@@ -1,4 +1,5 @@
 //! The cockpit's panels: one file each, holding its view state, its keys and its drawing.
+pub mod banner;
 pub mod chart;
 pub mod collectives;
 pub mod compare;
@@ -6,7 +7,6 @@ pub mod events;
 pub mod heatmap;
 pub mod help;
 pub mod home;
-pub mod banner;
 pub mod logs;
 pub mod matrix;
 pub mod ranks;

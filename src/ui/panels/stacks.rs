@@ -17,9 +17,18 @@ pub enum StacksState {
     #[default]
     Empty,
     /// A dump is under way (it can take seconds: each rank is stopped and unwound).
-    Dumping { rank: Option<u32>, since_ms: u64 },
-    Ready { rank: Option<u32>, report: Box<StackReport> },
-    Failed { rank: Option<u32>, error: String },
+    Dumping {
+        rank: Option<u32>,
+        since_ms: u64,
+    },
+    Ready {
+        rank: Option<u32>,
+        report: Box<StackReport>,
+    },
+    Failed {
+        rank: Option<u32>,
+        error: String,
+    },
 }
 
 #[derive(Clone, Debug, Default)]
@@ -128,7 +137,8 @@ pub fn report_lines(report: &StackReport) -> Vec<Line<'static>> {
                 out.push(Line::raw(format!("    #{n:<2} {}{at}", f.function)));
             }
         }
-        let others: Vec<&ThreadStack> = g.threads.iter().filter(|t| !main.is_some_and(|m| std::ptr::eq(m, *t))).collect();
+        let others: Vec<&ThreadStack> =
+            g.threads.iter().filter(|t| !main.is_some_and(|m| std::ptr::eq(m, *t))).collect();
         if !others.is_empty() {
             out.push(Line::styled(format!("  {} other thread(s), innermost frame:", others.len()), fmt::dim()));
             for t in others {
