@@ -37,7 +37,7 @@ fn invalid_layouts_are_refused_with_file_place_and_choices() {
     let e = layout_err("name = \"x\"\nsplit = \"rows\"\n[[part]]\npanel = \"chart\"\n[[part]]\npanel = \"charts\"\n");
     assert_eq!(
         e,
-        "layouts/bad.toml: part[1]: unknown panel \"charts\"; valid panels: chart, ranks, heatmap, collectives, logs, events, gpu"
+        "layouts/bad.toml: part[1]: unknown panel \"charts\"; valid panels: chart, ranks, heatmap, collectives, logs, events, gpu, matrix, stacks, verdict"
     );
     let e = layout_err("name = \"x\"\nsplit = \"rows\"\n[[part]]\nratio = 0\npanel = \"chart\"\n");
     assert_eq!(e, "layouts/bad.toml: part[0]: ratio = 0: a ratio is a whole number from 1 to 100");

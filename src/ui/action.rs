@@ -46,6 +46,8 @@ actions! {
     Follow => "follow", "logs: follow the tail on/off";
     NextLogRank => "next_log_rank", "logs: next rank (merged, 0, 1, ...)";
     PrevLogRank => "prev_log_rank", "logs: previous rank";
+    Stacks => "stacks", "stacks of the selected rank (dumped off the UI; grouped)";
+    StacksAll => "stacks_all", "stacks of every rank, grouped; the odd one out marked";
     RecipePicker => "recipe_picker", "launch a recipe from recipes/";
     Refresh => "refresh", "reload from the server";
     Checkpoints => "checkpoints", "checkpoints of the selected or open run";

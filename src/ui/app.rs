@@ -6,7 +6,7 @@ use super::layout::{LayoutDef, PanelKind, ScreenKind};
 use super::model::RunModel;
 use super::panels::{chart::ChartView, compare::CompareRun, compare::CompareView, events::EventsView};
 use super::panels::{chart::ParentLoss, ckpts::CkptsView, ckpts::ResumePlan};
-use super::panels::{home::HomeView, logs::LogsView, ranks::RanksView};
+use super::panels::{home::HomeView, logs::LogsView, ranks::RanksView, stacks::StacksState, stacks::StacksView};
 use crate::ids::RunId;
 use ratatui::layout::Rect;
 
@@ -40,6 +40,8 @@ pub enum Overlay {
         run: RunId,
         name: String,
     },
+    /// The stacks viewer (its data is `RunScreen::stacks`), when the layout has no stacks panel.
+    Stacks,
     /// Recipes under `recipes/` (None while listing).
     Picker {
         recipes: Option<Vec<String>>,
@@ -76,6 +78,7 @@ pub struct RunScreen {
     pub events: EventsView,
     /// A resumed run's parent loss up to the resume step, for the chart.
     pub parent_loss: Option<ParentLoss>,
+    pub stacks: StacksView,
 }
 
 /// Where the cockpit opens.
@@ -158,10 +161,16 @@ impl App {
         self.layouts.iter().find(|l| l.screen == ScreenKind::Compare)
     }
 
-    /// The screen between the header line and the footer line.
+    /// The screen between the header line (and the verdict banner) and the footer line.
     pub fn body(&self) -> Rect {
         let a = self.area;
-        Rect { x: a.x, y: a.y + 1.min(a.height), width: a.width, height: a.height.saturating_sub(2) }
+        let top = 1 + u16::from(self.banner_shown() && a.height > 6);
+        Rect { x: a.x, y: a.y + top.min(a.height), width: a.width, height: a.height.saturating_sub(top + 1) }
+    }
+
+    /// Whether the Run screen shows a verdict banner under the header.
+    pub fn banner_shown(&self) -> bool {
+        self.screen == Screen::Run && self.run.model.as_ref().is_some_and(|m| m.shown_verdict().is_some())
     }
 
     /// Where each panel of the current screen goes.
@@ -274,6 +283,26 @@ impl App {
                 }
             }
             DataEvent::CompareSeries { run, points } => self.compare.set_points(&run, points),
+            DataEvent::Verdicts { run, verdicts } => match self.run.model.as_mut() {
+                Some(m) if m.record.id == run => m.set_live_verdicts(verdicts),
+                _ => return false,
+            },
+            DataEvent::Stacks { run, rank, result } => {
+                if self.run.model.as_ref().is_none_or(|m| m.record.id != run) {
+                    return false;
+                }
+                let who = rank.map_or("all ranks".to_string(), |r| format!("rank {r}"));
+                self.run.stacks.state = match result {
+                    Ok(report) => {
+                        self.say(format!("stacks of {who}: {} group(s)", report.groups.len()));
+                        StacksState::Ready { rank, report }
+                    }
+                    Err(error) => {
+                        self.error(format!("no stacks of {who}: {error}"));
+                        StacksState::Failed { rank, error }
+                    }
+                };
+            }
             DataEvent::Done(text) => self.say(text),
             ev @ (DataEvent::Checkpoints(_)
             | DataEvent::CheckpointsFailed { .. }

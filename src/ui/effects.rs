@@ -2,7 +2,7 @@
 //! requests it makes of the server. Live, a server task carries the requests out; in tests they
 //! are only recorded, and the clock stands still, so every frame can be snapshot.
 use crate::ids::RunId;
-use crate::protocol::{AgentFrame, RunSnapshot};
+use crate::protocol::{AgentFrame, RunSnapshot, StackReport, Verdict};
 use crate::store::{RunRecord, RunStatus};
 use std::path::PathBuf;
 
@@ -55,6 +55,11 @@ pub enum Command {
         parent: RunId,
         step: u64,
     },
+    /// Dump the live ranks' stacks (one rank, or all), grouped; takes seconds.
+    Stacks {
+        run: RunId,
+        rank: Option<u32>,
+    },
 }
 
 /// What comes back, as events for the UI task.
@@ -93,6 +98,17 @@ pub enum DataEvent {
     ParentLoss {
         child: RunId,
         loss: crate::ui::panels::chart::ParentLoss,
+    },
+    /// The verdicts that hold now for the open run (from its progress stream).
+    Verdicts {
+        run: RunId,
+        verdicts: Vec<Verdict>,
+    },
+    /// A stack dump's answer, or why there is none (run not live, agent gone).
+    Stacks {
+        run: RunId,
+        rank: Option<u32>,
+        result: Result<Box<StackReport>, String>,
     },
     /// Something done, to say in the status line.
     Done(String),

@@ -108,6 +108,8 @@ impl App {
             Action::Zoom => self.run.zoom = !self.run.zoom,
             Action::Kill => self.ask_kill_open_run(),
             Action::Checkpoints | Action::Resume | Action::Stop => self.lineage_action(a),
+            Action::Stacks => self.ask_stacks(false),
+            Action::StacksAll => self.ask_stacks(true),
             Action::Refresh => {
                 let q = self.run.model.as_ref().map(|m| m.record.id.to_string()).unwrap_or(self.run.query.clone());
                 self.open_run(&q);
@@ -134,7 +136,45 @@ impl App {
             Some(PanelKind::Events) => {
                 self.run.events.on_action(a, events);
             }
+            Some(PanelKind::Matrix) => {
+                self.run.ranks.on_action(a, world, page);
+            }
+            Some(PanelKind::Stacks) => {
+                self.run.stacks.on_action(a, page);
+            }
             _ => {}
+        }
+    }
+
+    /// `s` / `S`: dumps stacks off the UI task and shows the viewer (the layout's stacks panel,
+    /// else an overlay) with "dumping…" until the answer comes.
+    fn ask_stacks(&mut self, all: bool) {
+        let now = self.now_ms();
+        let Some(m) = self.run.model.as_ref() else { return self.error("no run open") };
+        let (run, status, world) = (m.record.id.clone(), m.record.status, m.world());
+        let rank = (!all).then(|| self.run.ranks.cursor.min(world.saturating_sub(1)) as u32);
+        let who = rank.map_or("all ranks".to_string(), |r| format!("rank {r}"));
+        if self.run.stacks.dumping() {
+            self.say("a stack dump is under way: its answer comes first");
+        } else if !status.is_live() {
+            let error = format!(
+                "run {run} is {}, not live: stacks are read from running ranks (its incident reports keep \
+                 the stacks taken at a hang: `flightdeck show {run}`)",
+                status.name()
+            );
+            self.run.stacks.state = super::panels::stacks::StacksState::Failed { rank, error };
+        } else {
+            self.run.stacks.start(rank, now);
+            self.say(format!("dumping stacks of {who}…"));
+            self.effects.send(Command::Stacks { run, rank });
+        }
+        match self
+            .run_layouts()
+            .get(self.run.layout)
+            .and_then(|l| l.panels().iter().position(|p| *p == PanelKind::Stacks))
+        {
+            Some(i) => self.run.focus = i,
+            None => self.overlay = Some(Overlay::Stacks),
         }
     }
 
@@ -155,6 +195,17 @@ impl App {
                 Some(Action::Quit) => self.quit = true,
                 _ => self.overlay = None,
             },
+            Overlay::Stacks => {
+                let page = self.page();
+                match action {
+                    Some(Action::Stacks) => self.ask_stacks(false),
+                    Some(Action::StacksAll) => self.ask_stacks(true),
+                    Some(Action::Quit) => self.quit = true,
+                    Some(a) if self.run.stacks.on_action(a, page) => {}
+                    _ if k.code == KeyCode::Esc || action == Some(Action::Back) => self.overlay = None,
+                    _ => {}
+                }
+            }
             Overlay::ConfirmKill { run, .. } => {
                 if matches!(k.code, KeyCode::Char('y') | KeyCode::Char('Y') | KeyCode::Enter) {
                     let run = run.clone();

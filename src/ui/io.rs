@@ -14,11 +14,13 @@ pub struct ServerLink {
     tx: mpsc::Sender<DataEvent>,
     /// The open run's stream; replaced by the next `Open`, ended by `Close`.
     stream: Option<JoinHandle<()>>,
+    /// The open run's progress stream, for its live verdicts; lives as long as `stream`.
+    follow: Option<JoinHandle<()>>,
 }
 
 impl ServerLink {
     pub fn new(db: DbPaths, tx: mpsc::Sender<DataEvent>) -> ServerLink {
-        ServerLink { db, tx, stream: None }
+        ServerLink { db, tx, stream: None, follow: None }
     }
 
     pub fn handle(&mut self, cmd: Command) {
@@ -26,10 +28,16 @@ impl ServerLink {
         match cmd {
             Command::Open { run } => {
                 self.close();
+                let (db2, tx2, run2) = (db.clone(), tx.clone(), run.clone());
                 self.stream = Some(tokio::spawn(async move {
                     if let Err(e) = stream(&db, &run, &tx).await {
                         let _ = tx.send(DataEvent::Error(format!("run {run}: {e:#}"))).await;
                     }
+                }));
+                // The snapshot stream carries frames, not verdicts: those ride on progress. A
+                // failure here is not worth an error line (the main stream reports the run's).
+                self.follow = Some(tokio::spawn(async move {
+                    let _ = follow_verdicts(&db2, &run2, &tx2).await;
                 }));
             }
             Command::Close => self.close(),
@@ -45,6 +53,9 @@ impl ServerLink {
 
     fn close(&mut self) {
         if let Some(h) = self.stream.take() {
+            h.abort();
+        }
+        if let Some(h) = self.follow.take() {
             h.abort();
         }
     }
@@ -78,6 +89,23 @@ async fn stream(db: &DbPaths, run: &str, tx: &mpsc::Sender<DataEvent>) -> anyhow
         }
     }
     anyhow::bail!("lost the server while watching run {run}")
+}
+
+/// Follows a run's progress (about once a second while it changes) and passes its verdicts on.
+async fn follow_verdicts(db: &DbPaths, run: &str, tx: &mpsc::Sender<DataEvent>) -> anyhow::Result<()> {
+    let mut c = Client::connect(db).await?;
+    c.send(&Request::Follow { run: run.to_string() }).await?;
+    while let Some(reply) = c.next().await? {
+        match reply {
+            Reply::Progress(p) => {
+                if tx.send(DataEvent::Verdicts { run: p.run, verdicts: p.verdicts }).await.is_err() {
+                    return Ok(());
+                }
+            }
+            _ => return Ok(()),
+        }
+    }
+    Ok(())
 }
 
 async fn request(db: &DbPaths, req: Request) -> anyhow::Result<Reply> {
@@ -173,6 +201,14 @@ async fn one(db: &DbPaths, cmd: Command, tx: &mpsc::Sender<DataEvent>) -> anyhow
             let mut points = mean_by_step(&points);
             points.retain(|(s, _)| *s <= step);
             DataEvent::ParentLoss { child, loss: ParentLoss { parent, step, points } }
+        }
+        Command::Stacks { run, rank } => {
+            let result = match request(db, Request::Stacks { run: run.to_string(), rank }).await {
+                Ok(Reply::Stacks(report)) => Ok(report),
+                Ok(other) => Err(format!("unexpected reply to stacks: {other:?}")),
+                Err(e) => Err(format!("{e:#}")),
+            };
+            DataEvent::Stacks { run, rank, result }
         }
         Command::Open { .. } | Command::Close => return Ok(()),
     };

@@ -23,10 +23,13 @@ pub enum PanelKind {
     CompareChart,
     CompareTable,
     Gpu,
+    Matrix,
+    Stacks,
+    Verdict,
 }
 
 impl PanelKind {
-    pub const ALL: [PanelKind; 9] = [
+    pub const ALL: [PanelKind; 12] = [
         PanelKind::Chart,
         PanelKind::Ranks,
         PanelKind::Heatmap,
@@ -36,6 +39,9 @@ impl PanelKind {
         PanelKind::CompareChart,
         PanelKind::CompareTable,
         PanelKind::Gpu,
+        PanelKind::Matrix,
+        PanelKind::Stacks,
+        PanelKind::Verdict,
     ];
     pub fn name(self) -> &'static str {
         match self {
@@ -48,6 +54,9 @@ impl PanelKind {
             PanelKind::CompareChart => "compare_chart",
             PanelKind::CompareTable => "compare_table",
             PanelKind::Gpu => "gpu",
+            PanelKind::Matrix => "matrix",
+            PanelKind::Stacks => "stacks",
+            PanelKind::Verdict => "verdict",
         }
     }
     fn screen(self) -> ScreenKind {

@@ -77,6 +77,10 @@ pub struct RunModel {
     pub last_data_ms: Option<u64>,
     /// Log lines received in total (so a follower knows something new arrived).
     pub log_count: u64,
+    /// Verdicts the store holds (oldest first), and the hang verdicts seen live since.
+    pub stored_verdicts: Vec<crate::protocol::Verdict>,
+    /// The verdicts that hold now (from the progress stream); None until it first reports.
+    pub live_verdicts: Option<Vec<crate::protocol::Verdict>>,
 }
 
 impl RunModel {
@@ -94,6 +98,8 @@ impl RunModel {
             snapshot_seq: d.run.acked_seq.first().copied().unwrap_or(0),
             last_data_ms: None,
             log_count: 0,
+            stored_verdicts: d.verdicts.iter().map(|r| r.verdict.clone()).collect(),
+            live_verdicts: None,
         };
         for info in &d.ranks {
             let row = m.rank_mut(info.rank);
@@ -205,7 +211,7 @@ impl RunModel {
         }
     }
 
-    fn push_event(&mut self, t_ms: u64, kind: EventKind, rank: Option<u32>, text: String) {
+    pub(super) fn push_event(&mut self, t_ms: u64, kind: EventKind, rank: Option<u32>, text: String) {
         self.events.push_back(EventRecord { t_ms, kind, rank, text });
         if self.events.len() > EVENTS_KEPT {
             self.events.pop_front();

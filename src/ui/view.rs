@@ -4,7 +4,7 @@ use super::action::Action;
 use super::app::{App, Input, Overlay, Screen};
 use super::fmt::{self, STALE_MS};
 use super::layout::PanelKind;
-use super::panels::{chart, ckpts, collectives, compare, events, gpu, heatmap, help, logs, ranks};
+use super::panels::{banner, chart, ckpts, collectives, compare, events, gpu, heatmap, help, logs, matrix, ranks, stacks};
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::{Color, Modifier, Style};
@@ -19,6 +19,11 @@ impl Widget for &App {
         }
         self.header(Rect { height: 1, ..area }, buf);
         let body = self.body();
+        if let (true, Some(m)) = (self.banner_shown() && body.y > area.y + 1, self.run.model.as_ref()) {
+            if let Some(shown) = m.shown_verdict() {
+                banner::render_banner(m, shown, self.now_ms(), Rect { y: area.y + 1, height: 1, ..area }, buf);
+            }
+        }
         match self.screen {
             Screen::Home => self.home.render(self.now_ms(), body, buf),
             Screen::Run | Screen::Compare => self.panels(buf),
@@ -27,6 +32,9 @@ impl Widget for &App {
         self.footer(Rect { y: area.y + area.height - 1, height: 1, ..area }, buf);
         match &self.overlay {
             Some(Overlay::Help { scroll }) => help::render(&self.keymap, *scroll, body, buf),
+            Some(Overlay::Stacks) => {
+                stacks::render_overlay(&self.run.stacks, self.keymap.hint(Action::Back), self.now_ms(), body, buf)
+            }
             Some(Overlay::ConfirmKill { run, name }) => {
                 let text =
                     format!("Kill run {name} ({run})? Every rank gets SIGKILL.  y: kill · any other key: cancel");
@@ -149,6 +157,7 @@ impl App {
                 (k(Action::Resume), "resume"),
                 (k(Action::Stop), "stop"),
                 (k(Action::Kill), "kill"),
+                (k(Action::Stacks), "stacks"),
                 (k(Action::Back), "back"),
             ],
             Screen::Compare => vec![(k(Action::ToggleLogY), "log-y"), (k(Action::Back), "back")],
@@ -208,6 +217,9 @@ impl App {
             PanelKind::CompareChart => compare::render_chart(&self.compare, focused, area, buf),
             PanelKind::CompareTable => compare::render_table(&self.compare, focused, area, buf),
             PanelKind::Gpu => gpu::render(m, focused, area, buf),
+            PanelKind::Matrix => matrix::render(m, self.run.ranks.cursor, focused, area, buf),
+            PanelKind::Stacks => stacks::render(&self.run.stacks, focused, self.now_ms(), area, buf),
+            PanelKind::Verdict => banner::render_panel(m, focused, self.now_ms(), area, buf),
         }
     }
 }

@@ -1,4 +1,5 @@
 //! The cockpit's panels: one file each, holding its view state, its keys and its drawing.
+pub mod banner;
 pub mod chart;
 pub mod ckpts;
 pub mod collectives;
@@ -9,4 +10,6 @@ pub mod heatmap;
 pub mod help;
 pub mod home;
 pub mod logs;
+pub mod matrix;
 pub mod ranks;
+pub mod stacks;

@@ -3,6 +3,7 @@
 use crate::protocol::CollectiveState;
 use crate::ui::action::Action;
 use crate::ui::fmt::{self, fit_columns, STALE_MS};
+use crate::ui::hang::RankRole;
 use crate::ui::model::{RankRow, RunModel};
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Rect};
@@ -122,6 +123,19 @@ pub fn render(model: Option<&RunModel>, view: &RanksView, focused: bool, now_ms:
             fmt::dim()
         } else {
             Style::new()
+        };
+        // The verdict's culprits stand out even on a monochrome terminal; the ranks they hold
+        // up are marked.
+        let (cells, style) = match model.rank_role(r.rank) {
+            RankRole::Culprit => {
+                cells[0] = Cell::from(format!("{}!", r.rank));
+                (cells, Style::new().fg(Color::Red).add_modifier(Modifier::REVERSED | Modifier::BOLD))
+            }
+            RankRole::Waiting => {
+                cells[0] = Cell::from(format!("{}…", r.rank));
+                (cells, style.fg(Color::Yellow))
+            }
+            RankRole::Bystander => (cells, style),
         };
         Row::new(cells.into_iter().zip(&keep).filter(|(_, k)| **k).map(|(c, _)| c)).style(style)
     });
