@@ -47,7 +47,6 @@ fn record(ranks: u32, steps: u64) -> RunRecord {
         resumed_from: None,
         agent_sockets: Vec::new(),
         acked_seq: vec![0],
-        resumed_from: None,
     }
 }
 
