@@ -109,7 +109,8 @@ impl Stragglers {
             // Without arrivals (no collective yet), compute alone decides.
             // Lateness must also clear an absolute floor: a few milliseconds of skew are how a
             // busy machine schedules, whatever fraction of a short CPU step they are.
-            let late = lag.late_ms.is_none_or(|l| l >= MIN_LATE_MS) && (lag.late_ms.is_none() || lag.late_pct() > margin);
+            let late =
+                lag.late_ms.is_none_or(|l| l >= MIN_LATE_MS) && (lag.late_ms.is_none() || lag.late_pct() > margin);
             let slow = late
                 && lag.compute_excess_pct() > margin / 2.0
                 && lag.compute_excess_pct().max(lag.late_pct()) > margin;

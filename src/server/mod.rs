@@ -178,7 +178,14 @@ async fn recover(shared: &Shared) {
         let attached = match transports {
             Ok(t) => {
                 let (ingest, registry) = (shared.ingest.clone(), shared.registry.clone());
-                link::attach_nodes(tracker_clone(&record, shared), t, Some(shared.db.run_dir(&record.id)), ingest, registry).await
+                link::attach_nodes(
+                    tracker_clone(&record, shared),
+                    t,
+                    Some(shared.db.run_dir(&record.id)),
+                    ingest,
+                    registry,
+                )
+                .await
             }
             Err(e) => Err(e),
         };

@@ -4,7 +4,9 @@ use super::action::Action;
 use super::app::{App, Input, Overlay, Screen};
 use super::fmt::{self, STALE_MS};
 use super::layout::PanelKind;
-use super::panels::{banner, chart, ckpts, collectives, compare, events, gpu, heatmap, help, logs, matrix, ranks, stacks};
+use super::panels::{
+    banner, chart, ckpts, collectives, compare, events, gpu, heatmap, help, logs, matrix, ranks, stacks,
+};
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::{Color, Modifier, Style};

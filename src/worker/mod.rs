@@ -57,8 +57,9 @@ pub fn main_from_env() -> anyhow::Result<()> {
 
     let result = group::connect(&env, &recipe, telemetry.tx()).map_err(anyhow::Error::from).and_then(|mut group| {
         let mut throughput = cuda::Throughput::new();
-        let outcome = train::train_session(&recipe, group.as_mut(), telemetry.tx(), &mut |m| throughput.add(m), session)
-            .with_context(|| format!("rank {}", env.rank))?;
+        let outcome =
+            train::train_session(&recipe, group.as_mut(), telemetry.tx(), &mut |m| throughput.add(m), session)
+                .with_context(|| format!("rank {}", env.rank))?;
         let peak = std::env::var("FLIGHTDECK_PEAK_TFLOPS").ok().and_then(|v| v.parse().ok());
         let gpu = cuda::device_name(cuda::device());
         println!("{}", throughput.line(env.rank, &recipe.model, &gpu, peak));
