@@ -201,3 +201,21 @@ fn checkpoints_and_gpu_screens_draw_at_tiny_and_odd_sizes() {
         }
     }
 }
+
+#[test]
+fn r_on_a_live_run_kills_it_then_restarts_from_the_newest_verified_checkpoint() {
+    let snap: RunSnapshot = fixture("open-snapshot.json");
+    let id = snap.detail.run.id.clone();
+    assert!(snap.detail.run.status.is_live(), "the fixture is a live run");
+    let mut app = app(Start::Open(id.to_string()));
+    app.on_data(DataEvent::Snapshot(Box::new(snap)));
+    app.effects.take();
+    typed(&mut app, "R");
+    let Some(Overlay::ConfirmResume(plan)) = &app.overlay else { panic!("R asks first: {:?}", app.overlay) };
+    assert!(plan.kill_first && plan.step.is_none(), "a live run is killed, then restarted from the newest");
+    let said: String = plan.lines().iter().map(|l| l.to_string()).collect::<Vec<_>>().join("\n");
+    assert!(said.contains("Kill run") && said.contains("kill and restart"), "{said}");
+    app.effects.take();
+    typed(&mut app, "y");
+    assert_eq!(app.effects.take(), vec![Command::Resume { run: id, step: None, kill_first: true }]);
+}

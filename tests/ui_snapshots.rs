@@ -207,7 +207,7 @@ fn checkpoints_screen_and_resume_confirmation() {
         assert!(text.contains("20 (selected)") && text.contains("step-00000020"), "{text}");
         insta::assert_snapshot!(format!("ckpts_confirm_resume_{}x{}", size.0, size.1), text);
         keys(&mut app, "y");
-        assert_eq!(app.effects.take(), vec![Command::Resume { run: run.clone(), step: Some(20) }]);
+        assert_eq!(app.effects.take(), vec![Command::Resume { run: run.clone(), step: Some(20), kill_first: false }]);
         app.on_data(DataEvent::ResumeFailed("run X: checkpoint step 20: optim.bin is missing".into()));
         let text = draw(&app);
         assert!(text.contains("resume refused: run X: checkpoint step 20: optim.bin"), "{text}");

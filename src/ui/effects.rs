@@ -40,10 +40,12 @@ pub enum Command {
         run: RunId,
         verify: bool,
     },
-    /// A child of `run` from its checkpoint at `step` (None: the newest that verifies).
+    /// A child of `run` from its checkpoint at `step` (None: the newest that verifies);
+    /// `kill_first`: the run is live, kill it and wait for its end before resuming.
     Resume {
         run: RunId,
         step: Option<u64>,
+        kill_first: bool,
     },
     /// Graceful stop: every rank checkpoints, then exits.
     Stop {

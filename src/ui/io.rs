@@ -179,7 +179,14 @@ async fn one(db: &DbPaths, cmd: Command, tx: &mpsc::Sender<DataEvent>) -> anyhow
                 Err(e) => DataEvent::CheckpointsFailed { message: format!("checkpoints of run {run}: {e:#}"), run },
             }
         }
-        Command::Resume { run, step } => {
+        Command::Resume { run, step, kill_first } => {
+            if kill_first {
+                if let Err(e) = kill_and_wait(db, &run).await {
+                    // A closed channel means the cockpit is gone; nothing is left to tell.
+                    let _ = tx.send(DataEvent::ResumeFailed(format!("{e:#}"))).await;
+                    return Ok(());
+                }
+            }
             let req = Request::Resume { run: run.to_string(), step, recipe_json: None, name: None };
             match request(db, req).await {
                 Ok(Reply::Resumed { run, parent, step, path, skipped }) => {
@@ -239,4 +246,27 @@ pub fn mean_by_step(points: &[crate::store::Point]) -> Vec<(u64, f64)> {
         e.1 += 1;
     }
     by_step.into_iter().map(|(s, (sum, n))| (s, sum / f64::from(n))).collect()
+}
+
+/// How long a killed run may take to end before a restart gives up on it.
+const KILL_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Kills a live run and waits until the server records its end (SIGTERM, then SIGKILL after
+/// the agent's grace), so that a resume sees a finished parent.
+async fn kill_and_wait(db: &DbPaths, run: &RunId) -> anyhow::Result<()> {
+    request(db, Request::Kill { run: run.to_string() }).await?;
+    let deadline = tokio::time::Instant::now() + KILL_WAIT;
+    loop {
+        let Reply::Runs { runs } = request(db, Request::ListRuns).await? else {
+            anyhow::bail!("unexpected reply to the runs list");
+        };
+        match runs.iter().find(|r| &r.id == run) {
+            Some(r) if r.status.is_live() => {}
+            _ => return Ok(()),
+        }
+        if tokio::time::Instant::now() > deadline {
+            anyhow::bail!("run {run} was killed but has not ended after {KILL_WAIT:?}; not restarting it");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
 }

@@ -72,17 +72,12 @@ impl App {
 
     /// The resume confirmation: from the selected checkpoint on the Checkpoints screen, else
     /// from the newest verified one (listed now, so the overlay can name it).
+    /// A live run (a hung one, typically) is killed first, then restarted from its newest
+    /// verified checkpoint; the confirmation says so.
     fn ask_resume(&mut self, record: RunRecord) {
-        if record.status.is_live() {
-            let stop = self.keymap.hint(Action::Stop).to_string();
-            self.error(format!(
-                "run {} is still {}: stop it first ({stop} saves a checkpoint), then resume",
-                record.id,
-                record.status.name()
-            ));
-            return;
-        }
-        let pick = if self.screen == Screen::Checkpoints { self.ckpts.selected().cloned() } else { None };
+        let live = record.status.is_live();
+        let pick =
+            if self.screen == Screen::Checkpoints && !live { self.ckpts.selected().cloned() } else { None };
         let mut plan = ResumePlan::new(&record, pick.as_ref());
         let listed = self.ckpts.list.as_ref().filter(|l| l.run == record.id);
         match listed {
@@ -98,8 +93,8 @@ impl App {
         match &plan.state {
             ResumeState::Asking if matches!(k.code, KeyCode::Char('y' | 'Y') | KeyCode::Enter) => {
                 plan.state = ResumeState::Sending;
-                let (run, step) = (plan.parent.clone(), plan.step);
-                self.effects.send(Command::Resume { run, step });
+                let (run, step, kill_first) = (plan.parent.clone(), plan.step, plan.kill_first);
+                self.effects.send(Command::Resume { run, step, kill_first });
             }
             ResumeState::Asking => {
                 self.overlay = None;

@@ -224,6 +224,9 @@ pub struct ResumePlan {
     pub expect: Option<(u64, String, bool)>,
     /// The listing came back without a verified checkpoint.
     pub none_verified: bool,
+    /// The run is live (hung, say): kill it first, then restart from its newest verified
+    /// checkpoint (issue 6's one-key restart).
+    pub kill_first: bool,
     pub state: ResumeState,
 }
 
@@ -238,6 +241,7 @@ impl ResumePlan {
             step: pick.map(|c| c.step),
             expect: pick.map(|c| (c.step, c.path.clone(), c.verified)),
             none_verified: false,
+            kill_first: r.status.is_live(),
             state: ResumeState::Asking,
         }
     }
@@ -256,11 +260,18 @@ impl ResumePlan {
     pub fn lines(&self) -> Vec<Line<'static>> {
         let key = |k: &str| Span::styled(format!("{k:<9}"), fmt::dim());
         let red = Style::new().fg(Color::Red);
-        let mut out = vec![Line::from(vec![
+        let mut out = Vec::new();
+        if self.kill_first {
+            out.push(Line::styled(
+                format!("Kill run {} first (every rank: SIGTERM, then SIGKILL), then", self.parent),
+                red.add_modifier(Modifier::BOLD),
+            ));
+        }
+        out.push(Line::from(vec![
             Span::raw("Start a child run of "),
             Span::styled(self.parent_name.clone(), Style::new().add_modifier(Modifier::BOLD)),
             Span::raw(format!(" ({})", self.parent)),
-        ])];
+        ]));
         let which = if self.step.is_some() { "selected" } else { "newest verified" };
         let step = match &self.expect {
             Some((s, _, _)) => format!("{s} ({which})"),
@@ -292,6 +303,9 @@ impl ResumePlan {
         }
         out.push(Line::raw(""));
         match &self.state {
+            ResumeState::Asking if self.kill_first => {
+                out.push(Line::styled("y/enter: kill and restart · any other key: cancel", fmt::dim()))
+            }
             ResumeState::Asking => out.push(Line::styled("y/enter: resume · any other key: cancel", fmt::dim())),
             ResumeState::Sending => out.push(Line::styled("resuming…", Style::new().fg(Color::Yellow))),
             ResumeState::Failed(m) => {
