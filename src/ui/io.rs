@@ -253,7 +253,7 @@ const KILL_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Kills a live run and waits until the server records its end (SIGTERM, then SIGKILL after
 /// the agent's grace), so that a resume sees a finished parent.
-async fn kill_and_wait(db: &DbPaths, run: &RunId) -> anyhow::Result<()> {
+async fn kill_and_wait(db: &DbPaths, run: &crate::ids::RunId) -> anyhow::Result<()> {
     request(db, Request::Kill { run: run.to_string() }).await?;
     let deadline = tokio::time::Instant::now() + KILL_WAIT;
     loop {
