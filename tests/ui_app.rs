@@ -148,15 +148,12 @@ fn every_screen_draws_at_tiny_and_odd_sizes() {
 }
 
 #[test]
-fn stop_asks_first_and_resume_waits_for_a_stopped_run() {
+fn stop_asks_first_and_checkpoints_keep_the_run_open() {
     let snap: RunSnapshot = fixture("open-snapshot.json");
     let id = snap.detail.run.id.clone();
     let mut app = app(Start::Open(id.to_string()));
     app.on_data(DataEvent::Snapshot(Box::new(snap)));
     app.effects.take();
-    typed(&mut app, "R");
-    assert!(app.overlay.is_none(), "a live run is stopped before it is resumed");
-    assert!(app.status.as_ref().is_some_and(|s| s.error && s.text.contains("stop it first (X saves a checkpoint)")));
     typed(&mut app, "X");
     assert!(matches!(app.overlay, Some(Overlay::ConfirmStop { .. })));
     typed(&mut app, "n");
