@@ -15,7 +15,7 @@ fn doctor_prints_cuda_nvml_and_nccl_lines_without_failing() {
     }
     let cuda = text.lines().find(|l| l.starts_with("cuda ")).unwrap_or_default();
     if cuda.contains(" ok ") {
-        println!("skipped the no-driver wording: this machine has a CUDA driver ({cuda})");
+        common::skipped(file!(), &format!("the no-driver wording: this machine has a CUDA driver ({cuda})"));
     } else {
         assert!(cuda.contains("libcuda (the NVIDIA driver) could not be loaded: searched libcuda.so"), "{cuda}");
     }
@@ -26,7 +26,7 @@ fn a_cuda_recipe_without_cuda_fails_naming_what_is_missing() {
     let db = Db::new();
     let doctor = String::from_utf8_lossy(&db.run(&["doctor"]).stdout).to_string();
     if doctor.lines().any(|l| l.starts_with("torch-cuda") && l.contains(" ok ")) {
-        println!("skipped: this machine has a CUDA GPU, so the no-CUDA failure cannot be seen");
+        common::skipped(file!(), "this machine has a CUDA GPU, so the no-CUDA failure cannot be seen");
         return;
     }
     let out = db.run(&[
@@ -59,7 +59,7 @@ fn gpu_check_script_parses_and_its_dry_run_prints_the_table() {
 
     // The dry run needs a Python with PyTorch: the one scripts/env.sh points at.
     let Some(python) = std::env::var_os("FD_VENV").map(|v| std::path::PathBuf::from(v).join("bin/python")) else {
-        println!("skipped the dry run: FD_VENV is not set (source scripts/env.sh, or run through make test)");
+        common::skipped(file!(), "the dry run: FD_VENV is not set (source scripts/env.sh, or run through make test)");
         return;
     };
     let out = Command::new("bash")

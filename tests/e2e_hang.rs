@@ -122,7 +122,7 @@ fn a_rank_stalled_inside_the_ring_is_stuck_and_its_stack_singles_it_out() {
     latency("stuck-in-collective", &v, injected_ms(&db, &id, 1));
     if !stack_tool() {
         assert!(line.contains("all 3 ranks entered"), "{line}");
-        println!("skipped naming the culprit: neither eu-stack nor gdb is installed (scripts/install-deps.sh)");
+        common::skipped(file!(), "naming the culprit: neither eu-stack nor gdb is installed (scripts/install-deps.sh)");
         return kill_and_finish(&db, child, lines, &id);
     }
     // Followers see the state at most once a second: the stacks may have sharpened it already.
@@ -220,7 +220,7 @@ fn a_clean_run_gets_no_verdict() {
 #[test]
 fn stacks_of_four_ranks_come_back_grouped_and_the_run_goes_on() {
     if !stack_tool() {
-        println!("skipped: neither eu-stack nor gdb is installed (scripts/install-deps.sh installs them)");
+        common::skipped(file!(), "neither eu-stack nor gdb is installed (scripts/install-deps.sh installs them)");
         return;
     }
     let db = Db::new();

@@ -76,7 +76,7 @@ fn rank_steps(screen: &str) -> Vec<(u32, u64)> {
 #[test]
 fn cockpit_resumes_a_finished_run_from_a_picked_checkpoint() {
     if !Command::new("tmux").arg("-V").output().is_ok_and(|o| o.status.success()) {
-        println!("skipped: tmux is not installed (scripts/install-deps.sh installs it)");
+        common::skipped(file!(), "tmux is not installed (scripts/install-deps.sh installs it)");
         return;
     }
     let db = Db::new();

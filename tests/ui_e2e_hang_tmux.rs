@@ -19,7 +19,7 @@ fn stack_tool() -> bool {
 #[test]
 fn cockpit_shows_the_hang_names_the_stalled_rank_dumps_stacks_and_kills() {
     if !tmux::installed() {
-        println!("skipped: tmux is not installed (scripts/install-deps.sh installs it)");
+        common::skipped(file!(), "tmux is not installed (scripts/install-deps.sh installs it)");
         return;
     }
     let db = Db::new();
@@ -76,7 +76,7 @@ fn cockpit_shows_the_hang_names_the_stalled_rank_dumps_stacks_and_kills() {
         tmux.key("Escape");
         tmux.wait_for("the viewer closed", |s| !s.contains("odd one out"));
     } else {
-        println!("skipped the stacks: neither eu-stack nor gdb is installed (scripts/install-deps.sh)");
+        common::skipped(file!(), "the stacks: neither eu-stack nor gdb is installed (scripts/install-deps.sh)");
     }
 
     tmux.key("K");

@@ -83,7 +83,7 @@ fn has_chart_points(screen: &str) -> bool {
 #[test]
 fn cockpit_launches_a_run_by_keys_and_quitting_leaves_it_running() {
     if !Command::new("tmux").arg("-V").output().is_ok_and(|o| o.status.success()) {
-        println!("skipped: tmux is not installed (scripts/install-deps.sh installs it)");
+        common::skipped(file!(), "tmux is not installed (scripts/install-deps.sh installs it)");
         return;
     }
     let db = Db::new();

@@ -155,3 +155,17 @@ pub fn wait_pid_exit(pid: i32, timeout_ms: i32) {
         libc::close(fd);
     }
 }
+
+/// Says that (part of) a test cannot run here and why: on stderr, and as a line of the file
+/// `FLIGHTDECK_SKIP_LOG` names (`.ci/run` sets it and counts the lines as skipped), so a skip
+/// is never a silent pass.
+pub fn skipped(test: &str, why: &str) {
+    let line = format!("SKIPPED {test}: {why}");
+    eprintln!("{line}");
+    if let Some(path) = std::env::var_os("FLIGHTDECK_SKIP_LOG") {
+        use std::io::Write;
+        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+            let _ = writeln!(f, "{line}");
+        }
+    }
+}

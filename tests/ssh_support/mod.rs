@@ -59,7 +59,7 @@ pub fn unavailable() -> Option<String> {
 pub fn skip(test: &str) -> bool {
     match unavailable() {
         Some(why) => {
-            eprintln!("SKIPPED {test}: {why}");
+            crate::common::skipped(test, &why);
             true
         }
         None => false,
