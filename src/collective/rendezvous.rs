@@ -211,7 +211,15 @@ fn take_u32(bytes: &[u8]) -> Option<(u32, &[u8])> {
 /// One frame's body, or `None` on a clean end of stream before its first byte.
 fn read_frame(stream: &mut TcpStream) -> io::Result<Option<Vec<u8>>> {
     let mut len = [0u8; 4];
-    match stream.read(&mut len[..1])? {
+    // A signal (the graceful stop's SIGUSR1) interrupts a read with a timeout even under
+    // SA_RESTART; read_exact retries by itself, this first read must too.
+    let first = loop {
+        match stream.read(&mut len[..1]) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => break other?,
+        }
+    };
+    match first {
         0 => return Ok(None),
         _ => stream.read_exact(&mut len[1..])?,
     }

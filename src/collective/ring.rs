@@ -231,7 +231,8 @@ fn accept(listener: &TcpListener, world_size: u32, prev_rank: u32, deadline: Ins
         }
         let (stream, from) = match listener.accept() {
             Ok(conn) => conn,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            // WouldBlock: another waiter took it; Interrupted: the graceful stop's SIGUSR1.
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => continue,
             Err(e) => return Err(io_err(e)),
         };
         match read_hello(&stream, deadline) {
