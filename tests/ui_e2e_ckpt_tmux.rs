@@ -4,53 +4,13 @@
 //! that trains on in the Run screen and is linked to its parent in `runs --json`.
 mod common;
 
+use common::tmux::{self, Tmux};
 use common::{bin, recipe, repo, Db};
-use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Everything waited for on screen must happen within this (a loaded 2-core box starts and
 /// trains far slower than a laptop; the usual wait is seconds).
 const DEADLINE: Duration = Duration::from_secs(180);
-
-/// A tmux server on its own socket, killed when dropped (also when the test fails). The same
-/// helper as `ui_e2e_tmux.rs`; test files do not share modules beyond `common`.
-struct Tmux {
-    socket: String,
-}
-
-impl Tmux {
-    fn cmd(&self, args: &[&str]) -> Output {
-        Command::new("tmux").arg("-L").arg(&self.socket).args(args).output().expect("running tmux")
-    }
-
-    fn screen(&self) -> String {
-        String::from_utf8_lossy(&self.cmd(&["capture-pane", "-p", "-t", "cockpit"]).stdout).into_owned()
-    }
-
-    fn key(&self, key: &str) {
-        assert!(self.cmd(&["send-keys", "-t", "cockpit", key]).status.success());
-    }
-
-    /// Reads the screen until `pred` holds (the screen changing is the event waited for).
-    fn wait_for(&self, what: &str, pred: impl Fn(&str) -> bool) -> String {
-        let start = Instant::now();
-        loop {
-            let s = self.screen();
-            if pred(&s) {
-                return s;
-            }
-            assert!(!s.contains("COCKPIT-EXIT="), "the cockpit exited while waiting for {what}:\n{s}");
-            assert!(start.elapsed() < DEADLINE, "timed out waiting for {what}; the screen:\n{s}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = self.cmd(&["kill-server"]);
-    }
-}
 
 /// Each rank's step from the ranks table (rows under the `RANK STEP` header).
 fn rank_steps(screen: &str) -> Vec<(u32, u64)> {
@@ -75,7 +35,7 @@ fn rank_steps(screen: &str) -> Vec<(u32, u64)> {
 /// verified checkpoint.
 #[test]
 fn cockpit_resumes_a_finished_run_from_a_picked_checkpoint() {
-    if !Command::new("tmux").arg("-V").output().is_ok_and(|o| o.status.success()) {
+    if !tmux::installed() {
         common::skipped(file!(), "tmux is not installed (scripts/install-deps.sh installs it)");
         return;
     }
@@ -94,7 +54,6 @@ fn cockpit_resumes_a_finished_run_from_a_picked_checkpoint() {
     db.wait_server_exit();
 
     let config = tempfile::tempdir().expect("tempdir");
-    let tmux = Tmux { socket: format!("fd-e2e-ckpt-{}", std::process::id()) };
     let shell = format!(
         "env FLIGHTDECK_CONFIG={} FLIGHTDECK_SERVER_IDLE_MS=300 {} --db {}; echo COCKPIT-EXIT=$?; sleep 600",
         config.path().display(),
@@ -102,20 +61,7 @@ fn cockpit_resumes_a_finished_run_from_a_picked_checkpoint() {
         db.path().display()
     );
     let repo = repo();
-    let started = tmux.cmd(&[
-        "new-session",
-        "-d",
-        "-s",
-        "cockpit",
-        "-x",
-        "100",
-        "-y",
-        "30",
-        "-c",
-        repo.to_str().expect("utf-8 path"),
-        &shell,
-    ]);
-    assert!(started.status.success(), "tmux: {}", String::from_utf8_lossy(&started.stderr));
+    let tmux = Tmux::start("e2e-ckpt", (100, 30), &repo, &shell, DEADLINE);
     tmux.wait_for("Home with the parent run", |s| s.contains("runs 1 of 1") && s.contains("succeeded"));
 
     tmux.key("C");

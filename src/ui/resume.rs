@@ -76,8 +76,7 @@ impl App {
     /// verified checkpoint; the confirmation says so.
     fn ask_resume(&mut self, record: RunRecord) {
         let live = record.status.is_live();
-        let pick =
-            if self.screen == Screen::Checkpoints && !live { self.ckpts.selected().cloned() } else { None };
+        let pick = if self.screen == Screen::Checkpoints && !live { self.ckpts.selected().cloned() } else { None };
         let mut plan = ResumePlan::new(&record, pick.as_ref());
         let listed = self.ckpts.list.as_ref().filter(|l| l.run == record.id);
         match listed {
