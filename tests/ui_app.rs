@@ -86,7 +86,7 @@ fn kill_asks_first_and_only_for_a_live_run() {
     typed(&mut app, "Ky");
     assert_eq!(app.effects.take(), vec![Command::Kill { run: id.clone() }]);
     let frames: Vec<AgentFrame> = fixture("open-frames.json");
-    app.on_data(DataEvent::Frames { run: id, frames });
+    app.on_data(DataEvent::Frames { node: 0, run: id, frames });
     typed(&mut app, "K");
     assert!(app.overlay.is_none(), "a finished run has nothing to kill");
     assert!(app.status.as_ref().is_some_and(|s| s.text.contains("not live")));
@@ -97,16 +97,16 @@ fn snapshot_then_frames_cover_every_step_once() {
     let snap: RunSnapshot = fixture("open-snapshot.json");
     let frames: Vec<AgentFrame> = fixture("open-frames.json");
     let mut m = RunModel::from_snapshot(&snap);
-    m.apply_frames(&frames);
+    m.apply_frames(0, &frames);
     // The server subscribes before it reads, so some frames repeat what the snapshot holds:
     // applying them again must change nothing.
     let once = m.metrics["loss"].cross.entries().to_vec();
-    m.apply_frames(&frames);
+    m.apply_frames(0, &frames);
     assert_eq!(m.metrics["loss"].cross.entries(), once.as_slice());
     let steps: Vec<u64> = once.iter().map(|e| e.step).collect();
     assert_eq!(steps, (1..=40).collect::<Vec<u64>>(), "every step, no gap");
     assert!(once.iter().all(|e| e.count == 2), "each step has both ranks exactly once");
-    assert_eq!(m.record.status, flightdeck::store::RunStatus::Succeeded);
+    assert_eq!(m.state.record.status, flightdeck::store::RunStatus::Succeeded);
 }
 
 #[test]
@@ -134,7 +134,7 @@ fn every_screen_draws_at_tiny_and_odd_sizes() {
             if screen >= 1 {
                 app.open_run(snap.detail.run.id.as_str());
                 app.on_data(DataEvent::Snapshot(Box::new(snap.clone())));
-                app.on_data(DataEvent::Frames { run: snap.detail.run.id.clone(), frames: frames.clone() });
+                app.on_data(DataEvent::Frames { node: 0, run: snap.detail.run.id.clone(), frames: frames.clone() });
             }
             match screen {
                 2 => typed(&mut app, "2z?"),
@@ -173,7 +173,7 @@ fn stop_asks_first_and_checkpoints_keep_the_run_open() {
     assert_eq!(app.screen, Screen::Run);
     assert!(app.effects.take().is_empty(), "back to Run neither closes nor reopens the stream");
     let frames: Vec<AgentFrame> = fixture("open-frames.json");
-    app.on_data(DataEvent::Frames { run: id, frames });
+    app.on_data(DataEvent::Frames { node: 0, run: id, frames });
     typed(&mut app, "X");
     assert!(app.overlay.is_none(), "a finished run has nothing to stop");
     assert!(app.status.as_ref().is_some_and(|s| s.text.contains("nothing to stop")));

@@ -79,14 +79,14 @@ fn hung(size: (u16, u16)) -> Hung {
     let area = Rect::new(0, 0, size.0, size.1);
     let mut app = App::new(Effects::fixed(t_ms + 9_000), keymap, layouts, Start::Open(run.to_string()), area);
     app.on_data(DataEvent::Snapshot(Box::new(snap)));
-    app.on_data(DataEvent::Frames { run: run.clone(), frames });
+    app.on_data(DataEvent::Frames { node: 0, run: run.clone(), frames });
     app.effects.take();
     Hung { app, run, seq, t_ms }
 }
 
 fn verdict(h: &Hung) -> Verdict {
     let m = h.app.run.model.as_ref().expect("model");
-    let r1 = &m.ranks[1];
+    let r1 = &m.state.ranks[1];
     Verdict {
         kind: VerdictKind::NeverEntered,
         culprits: vec![Culprit {
@@ -286,7 +286,7 @@ fn stacks_of_a_finished_run_say_why_not_and_ask_nothing() {
         Rect::new(0, 0, 100, 30),
     );
     app.on_data(DataEvent::Snapshot(Box::new(snap)));
-    app.on_data(DataEvent::Frames { run, frames });
+    app.on_data(DataEvent::Frames { node: 0, run, frames });
     app.effects.take();
     keys(&mut app, "S");
     assert!(app.effects.take().is_empty());

@@ -76,7 +76,7 @@ fn live_app(size: (u16, u16), cut: usize, stale_ms: u64) -> App {
     let t = frames[..cut].last().map(|f| f.t_ms).unwrap_or(0);
     let mut app = app(Start::Open(snap.detail.run.id.to_string()), size, t + 300 + stale_ms);
     app.on_data(DataEvent::Snapshot(Box::new(snap.clone())));
-    app.on_data(DataEvent::Frames { run: snap.detail.run.id.clone(), frames: frames[..cut].to_vec() });
+    app.on_data(DataEvent::Frames { node: 0, run: snap.detail.run.id.clone(), frames: frames[..cut].to_vec() });
     app
 }
 
@@ -338,9 +338,9 @@ fn gpu_layout_from_nvml_fixtures() {
     let cut = frames().len() / 2;
     for size in SIZES {
         let mut app = live_app(size, cut, 0);
-        let run = app.run.model.as_ref().map(|m| m.record.id.clone()).expect("model");
+        let run = app.run.model.as_ref().map(|m| m.state.record.id.clone()).expect("model");
         let last = frames()[cut - 1].clone();
-        app.on_data(DataEvent::Frames { run, frames: gpu_frames(&last) });
+        app.on_data(DataEvent::Frames { node: 0, run, frames: gpu_frames(&last) });
         keys(&mut app, "3");
         let text = draw(&app);
         assert!(text.contains("gpus 2 · 1 slowed") && text.contains("MFU"), "{text}");

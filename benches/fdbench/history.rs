@@ -7,7 +7,7 @@
 //! thread does before each ack. The agent link and the socket are not part of this timing.
 use flightdeck::ids::RunId;
 use flightdeck::store::rollup::LEVELS;
-use flightdeck::store::{Batch, Point, RankInfo, RunRecord, RunStatus, Store};
+use flightdeck::store::{Batch, Point, RankInfo, RunMeta, RunRecord, RunStatus, Store};
 use std::path::Path;
 use std::time::Instant;
 
@@ -28,40 +28,21 @@ pub fn value(metric: usize, rank: u32, step: u64) -> f64 {
 }
 
 fn record(ranks: u32, steps: u64) -> RunRecord {
-    RunRecord {
-        id: RunId::new_now(),
+    let meta = RunMeta {
         name: "bench-history".into(),
         recipe_name: "bench-history".into(),
         recipe_path: String::new(),
         recipe_json: "{}".into(),
-        status: RunStatus::Running,
-        reason: String::new(),
-        created_ms: flightdeck::ids::unix_ms(),
-        ended_ms: None,
-        hosts: vec!["local".into()],
         world_size: ranks,
         steps_planned: steps,
-        step: 0,
-        last_loss: None,
-        parent: None,
-        resumed_from: None,
-        agent_sockets: Vec::new(),
-        acked_seq: vec![0],
-    }
+    };
+    let mut run = RunRecord::starting(RunId::new_now(), meta, vec!["local".into()], Vec::new(), None);
+    run.status = RunStatus::Running;
+    run
 }
 
 fn rank_info(rank: u32, step: u64, loss: f64) -> RankInfo {
-    RankInfo {
-        rank,
-        host: "local".into(),
-        pid: Some(1000 + rank),
-        exit: None,
-        step,
-        phase: None,
-        last_loss: Some(loss),
-        cpu_pct: None,
-        rss_bytes: None,
-    }
+    RankInfo { host: "local".into(), pid: Some(1000 + rank), step, last_loss: Some(loss), ..RankInfo::new(rank) }
 }
 
 pub fn write(dir: &Path, ranks: u32, steps: u64) -> anyhow::Result<()> {

@@ -74,27 +74,6 @@ pub fn throttle_reasons(mask: u64) -> Vec<ThrottleReason> {
     REASON_BITS.iter().filter(|(bit, _)| mask & bit != 0).map(|(_, r)| *r).collect()
 }
 
-/// Reasons worth an event: the GPU is being slowed by heat or a hardware signal. Power capping
-/// under full load is normal on H100/H200 and flaps, so it shows in samples but raises no event.
-pub fn is_alarming(r: ThrottleReason) -> bool {
-    matches!(r, ThrottleReason::HwSlowdown | ThrottleReason::SwThermal | ThrottleReason::HwThermal)
-        || r == ThrottleReason::HwPowerBrake
-}
-
-pub fn reason_name(r: ThrottleReason) -> &'static str {
-    match r {
-        ThrottleReason::GpuIdle => "idle",
-        ThrottleReason::ApplicationClocks => "app-clocks",
-        ThrottleReason::SwPowerCap => "sw-power-cap",
-        ThrottleReason::HwSlowdown => "hw-slowdown",
-        ThrottleReason::SyncBoost => "sync-boost",
-        ThrottleReason::SwThermal => "sw-thermal",
-        ThrottleReason::HwThermal => "hw-thermal",
-        ThrottleReason::HwPowerBrake => "hw-power-brake",
-        ThrottleReason::DisplayClocks => "display-clocks",
-    }
-}
-
 /// Decodes `cur` (with `prev`, the same GPU's previous reading, for counter rates). `ranks`
 /// maps our ranks' pids, so each process on the GPU is named by its rank where it is ours.
 pub fn decode(prev: Option<&RawGpuReading>, cur: &RawGpuReading, ranks: &[(Rank, u32)]) -> GpuSample {
@@ -141,7 +120,7 @@ pub fn decode(prev: Option<&RawGpuReading>, cur: &RawGpuReading, ranks: &[(Rank,
 /// A `GpuThrottle` event when the alarming reasons of a GPU differ from the previous sample's
 /// (the first sample raises one only if something is already alarming).
 pub fn throttle_change(prev: Option<&GpuSample>, cur: &GpuSample) -> Option<AgentEvent> {
-    let alarming = |s: &GpuSample| s.throttle.iter().copied().filter(|r| is_alarming(*r)).collect::<Vec<_>>();
+    let alarming = |s: &GpuSample| s.throttle.iter().copied().filter(|r| r.is_alarming()).collect::<Vec<_>>();
     let now = alarming(cur);
     let before = prev.map(alarming).unwrap_or_default();
     (now != before).then_some(AgentEvent::GpuThrottle { index: cur.index, reasons: now })
@@ -185,7 +164,7 @@ pub fn render_text(s: &GpuSample) -> String {
         out += &format!(", nvlink rx/tx {:.2}/{:.2} GB/s", gbps(rx), gbps(tx));
     }
     if !s.throttle.is_empty() {
-        let names: Vec<&str> = s.throttle.iter().map(|r| reason_name(*r)).collect();
+        let names: Vec<&str> = s.throttle.iter().map(|r| r.name()).collect();
         out += &format!(", clocks held: {}", names.join("+"));
     }
     if let Some(dbe) = s.ecc_uncorrected.filter(|n| *n > 0) {

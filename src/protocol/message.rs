@@ -1,5 +1,6 @@
 //! Every message that crosses a socket: rank → agent, agent ↔ server, client ↔ server.
 use crate::ids::{Rank, RunId, Step};
+pub use crate::record::{signal_name, CollectiveOp, CollectiveRecord, CollectiveState, ExitStatus, Phase};
 use serde::{Deserialize, Serialize};
 
 /// Bumped on any change to these types; peers with another version are refused.
@@ -32,37 +33,6 @@ impl Hello {
             node: node.to_string(),
             agent_version: env!("CARGO_PKG_VERSION").to_string(),
             role,
-        }
-    }
-}
-
-/// What a rank is doing right now. Reported on every change, so a hung rank's last phase is known.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Phase {
-    Init,
-    Data,
-    Fwd,
-    Bwd,
-    Comm,
-    Opt,
-    Ckpt,
-    Eval,
-    Done,
-}
-
-impl Phase {
-    pub fn name(self) -> &'static str {
-        match self {
-            Phase::Init => "init",
-            Phase::Data => "data",
-            Phase::Fwd => "fwd",
-            Phase::Bwd => "bwd",
-            Phase::Comm => "comm",
-            Phase::Opt => "opt",
-            Phase::Ckpt => "ckpt",
-            Phase::Eval => "eval",
-            Phase::Done => "done",
         }
     }
 }
@@ -103,53 +73,6 @@ impl StepMetrics {
             ("mem_rss_bytes", self.mem_rss_bytes as f64),
         ]
     }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CollectiveOp {
-    AllReduce,
-    ReduceScatter,
-    AllGather,
-    Broadcast,
-    Barrier,
-}
-
-impl CollectiveOp {
-    pub fn name(self) -> &'static str {
-        match self {
-            CollectiveOp::AllReduce => "all_reduce",
-            CollectiveOp::ReduceScatter => "reduce_scatter",
-            CollectiveOp::AllGather => "all_gather",
-            CollectiveOp::Broadcast => "broadcast",
-            CollectiveOp::Barrier => "barrier",
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum CollectiveState {
-    Scheduled,
-    Started,
-    Completed,
-}
-
-/// The flight recorder's record of one collective on one rank.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct CollectiveRecord {
-    /// Per-rank sequence number, from 1; equal across ranks for the same collective.
-    pub seq: u64,
-    pub op: CollectiveOp,
-    pub dtype: String,
-    pub elements: u64,
-    pub bytes: u64,
-    pub enqueue_us: u64,
-    pub start_us: Option<u64>,
-    pub end_us: Option<u64>,
-    pub state: CollectiveState,
-    /// The training step the collective belongs to (0 outside training).
-    pub step: Step,
 }
 
 /// Rank → agent, over the agent's telemetry socket.
@@ -206,43 +129,6 @@ pub struct CheckpointSaved {
 pub enum Stream {
     Stdout,
     Stderr,
-}
-
-/// How a rank process ended.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum ExitStatus {
-    Code(i32),
-    Signal(i32),
-}
-
-impl ExitStatus {
-    pub fn success(&self) -> bool {
-        *self == ExitStatus::Code(0)
-    }
-
-    pub fn describe(&self) -> String {
-        match self {
-            ExitStatus::Code(c) => format!("exit code {c}"),
-            ExitStatus::Signal(s) => format!("signal {s} ({})", signal_name(*s)),
-        }
-    }
-}
-
-pub fn signal_name(sig: i32) -> &'static str {
-    match sig {
-        1 => "SIGHUP",
-        2 => "SIGINT",
-        3 => "SIGQUIT",
-        4 => "SIGILL",
-        6 => "SIGABRT",
-        7 => "SIGBUS",
-        8 => "SIGFPE",
-        9 => "SIGKILL",
-        11 => "SIGSEGV",
-        13 => "SIGPIPE",
-        15 => "SIGTERM",
-        _ => "unknown signal",
-    }
 }
 
 /// One GPU's sample from NVML (decoded in `agent::nvml`). A field the GPU or driver does not
@@ -303,6 +189,36 @@ pub enum ThrottleReason {
     DisplayClocks,
 }
 
+impl ThrottleReason {
+    /// The reason's name in samples, events and panels.
+    pub fn name(self) -> &'static str {
+        match self {
+            ThrottleReason::GpuIdle => "idle",
+            ThrottleReason::ApplicationClocks => "app-clocks",
+            ThrottleReason::SwPowerCap => "sw-power-cap",
+            ThrottleReason::HwSlowdown => "hw-slowdown",
+            ThrottleReason::SyncBoost => "sync-boost",
+            ThrottleReason::SwThermal => "sw-thermal",
+            ThrottleReason::HwThermal => "hw-thermal",
+            ThrottleReason::HwPowerBrake => "hw-power-brake",
+            ThrottleReason::DisplayClocks => "display-clocks",
+        }
+    }
+
+    /// Reasons worth an event: the GPU is being slowed by heat or a hardware signal. Power
+    /// capping under full load is normal on H100/H200 and flaps, so it shows in samples but
+    /// raises no event.
+    pub fn is_alarming(self) -> bool {
+        matches!(
+            self,
+            ThrottleReason::HwSlowdown
+                | ThrottleReason::SwThermal
+                | ThrottleReason::HwThermal
+                | ThrottleReason::HwPowerBrake
+        )
+    }
+}
+
 /// How a run ended, as the agent saw it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -361,7 +277,7 @@ pub enum AgentEvent {
     /// The answer to `AgentCommand::DumpStacks`: this node's ranks (or the one asked for).
     StackDump {
         request: u64,
-        stacks: Vec<super::verdict::RankStacks>,
+        stacks: Vec<crate::record::RankStacks>,
     },
     /// NVML reported a critical XID error on GPU `index` (e.g. 79: fell off the bus).
     GpuXid {
@@ -471,20 +387,20 @@ pub enum Reply {
         run: RunId,
     },
     Runs {
-        runs: Vec<crate::store::RunRecord>,
+        runs: Vec<crate::record::RunRecord>,
     },
     Run {
-        detail: Box<crate::store::RunDetail>,
+        detail: Box<crate::record::RunDetail>,
     },
     Metrics {
-        points: Vec<crate::store::Point>,
+        points: Vec<crate::record::Point>,
     },
     /// One line of progress for a followed run.
     Progress(Progress),
     /// The followed run ended.
     Ended {
         run: RunId,
-        status: crate::store::RunStatus,
+        status: crate::record::RunStatus,
         reason: String,
     },
     /// A batch of a watched run's frames, from node `node`, just made durable.
@@ -510,7 +426,7 @@ pub enum Reply {
         dir: String,
         /// The step `LATEST` names.
         latest: Option<u64>,
-        checkpoints: Vec<crate::store::CheckpointRecord>,
+        checkpoints: Vec<crate::record::CheckpointRecord>,
     },
     /// A child run started from `parent`'s checkpoint at `step`.
     Resumed {
@@ -519,9 +435,9 @@ pub enum Reply {
         step: u64,
         path: String,
         /// Newer checkpoints passed over because they failed verification.
-        skipped: Vec<crate::store::checkpoints::Skipped>,
+        skipped: Vec<crate::record::Skipped>,
     },
-    Stacks(Box<super::verdict::StackReport>),
+    Stacks(Box<crate::record::StackReport>),
     /// One host's step in an SSH launch, sent before `Launched` (or `Error`).
     LaunchProgress {
         host: String,
@@ -532,7 +448,7 @@ pub enum Reply {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Progress {
     pub run: RunId,
-    pub status: crate::store::RunStatus,
+    pub status: crate::record::RunStatus,
     pub step: u64,
     pub steps: u64,
     pub loss_mean: Option<f64>,
@@ -542,13 +458,13 @@ pub struct Progress {
     /// The analysis' verdicts that hold now (a hang until progress resumes, a straggler until
     /// it keeps up), so a follower (the cockpit's banner and heatmap, `run --headless`) sees
     /// them live. Every verdict is also stored as an event when first given.
-    pub verdicts: Vec<super::verdict::Verdict>,
+    pub verdicts: Vec<crate::record::Verdict>,
 }
 
 /// What the store holds of one run, for a cockpit that opens it (`Request::Open`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunSnapshot {
-    pub detail: crate::store::RunDetail,
+    pub detail: crate::record::RunDetail,
     /// One entry per (metric, rank), in step order: raw points (buckets of one) for short runs,
     /// rollup buckets for long ones, so the snapshot stays small at any run length.
     pub series: Vec<SeriesSnapshot>,
@@ -562,5 +478,5 @@ pub struct RunSnapshot {
 pub struct SeriesSnapshot {
     pub metric: String,
     pub rank: u32,
-    pub buckets: Vec<crate::store::rollup::Bucket>,
+    pub buckets: Vec<crate::record::Bucket>,
 }

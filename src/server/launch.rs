@@ -7,7 +7,8 @@ use crate::agent::AgentSpec;
 use crate::ids::{unix_ms, Rank, RunId};
 use crate::paths::{DbPaths, RunDirPaths};
 use crate::recipe::Recipe;
-use crate::store::{Batch, EventKind, EventRecord, ResumePoint, RunRecord, RunStatus};
+pub use crate::store::Lineage;
+use crate::store::{Batch, EventKind, EventRecord, ResumePoint, RunMeta, RunRecord, RunStatus};
 use anyhow::Context;
 use std::path::PathBuf;
 use std::process::Command;
@@ -17,12 +18,6 @@ const STOP_GRACE_MS: u64 = 5000;
 /// How long a graceful stop may take (reach a step boundary, snapshot, write the checkpoint)
 /// before the agent falls back to SIGTERM: a step and a save of a large model.
 pub const SAVE_GRACE_MS: u64 = 120_000;
-
-/// A resumed run's parent and the checkpoint it starts from.
-pub struct Lineage {
-    pub parent: RunId,
-    pub from: ResumePoint,
-}
 
 pub async fn launch(
     db: &DbPaths,
@@ -71,26 +66,16 @@ pub async fn start(
     };
     std::fs::write(paths.spec(), serde_json::to_vec_pretty(&spec)?)?;
 
-    let record = RunRecord {
-        id: run.clone(),
+    let meta = RunMeta {
         name: name.unwrap_or_else(|| recipe.name.clone()),
         recipe_name: recipe.name.clone(),
         recipe_path: recipe_path.to_string(),
         recipe_json: recipe_json.to_string(),
-        status: RunStatus::Starting,
-        reason: String::new(),
-        created_ms: unix_ms(),
-        ended_ms: None,
-        hosts: vec!["local".into()],
         world_size: world,
         steps_planned: recipe.train.steps,
-        step: 0,
-        last_loss: None,
-        parent: lineage.as_ref().map(|l| l.parent.clone()),
-        agent_sockets: vec![paths.agent_socket().display().to_string()],
-        acked_seq: vec![0],
-        resumed_from: lineage.as_ref().map(|l| l.from.clone()),
     };
+    let sockets = vec![paths.agent_socket().display().to_string()];
+    let record = RunRecord::starting(run.clone(), meta, vec!["local".into()], sockets, lineage.clone());
     let mut batch = Batch::default();
     batch.runs.push(record.clone());
     let text = match &lineage {

@@ -41,9 +41,9 @@ pub async fn attach_nodes(
     ingest: Ingest,
     registry: Registry,
 ) -> anyhow::Result<()> {
-    let run = tracker.record.id.clone();
+    let run = tracker.state.record.id.clone();
     let after: Vec<u64> =
-        (0..transports.len()).map(|k| tracker.record.acked_seq.get(k).copied().unwrap_or(0)).collect();
+        (0..transports.len()).map(|k| tracker.state.record.acked_seq.get(k).copied().unwrap_or(0)).collect();
     let mut opening = tokio::task::JoinSet::new();
     for (k, t) in transports.iter().enumerate() {
         let (t, run, after) = (t.clone(), run.clone(), after[k]);
@@ -59,7 +59,7 @@ pub async fn attach_nodes(
     let mut nodes = Vec::new();
     for (k, (t, conn)) in transports.into_iter().zip(conns).enumerate() {
         let conn = conn.ok_or_else(|| anyhow::anyhow!("node {k}: no link"))?;
-        let host = tracker.record.hosts.get(k).cloned().unwrap_or_else(|| t.describe());
+        let host = tracker.state.record.hosts.get(k).cloned().unwrap_or_else(|| t.describe());
         let handle = transport::spawn_node(k, t, run.clone(), conn, after[k], in_tx.clone());
         nodes.push(Node { handle, host, last_seq: after[k], ended: None, lost: None, pending: Vec::new() });
     }
@@ -173,14 +173,14 @@ impl Link {
                     }
                     for n in self.nodes.iter().filter(|n| !n.done()) {
                         if n.handle.cmds.try_send(cmd.clone()).is_err() {
-                            tracing::warn!("run {}: command {cmd:?} not delivered to {}", self.tracker.record.id, n.host);
+                            tracing::warn!("run {}: command {cmd:?} not delivered to {}", self.tracker.state.record.id, n.host);
                         }
                     }
                 }
             }
         }
         self.flush().await?;
-        if self.tracker.record.status.is_live() {
+        if self.tracker.state.record.status.is_live() {
             let (status, reason) = self.outcome();
             let mut batch = Batch::default();
             self.tracker.end_without_agent(status, reason, &mut batch);
@@ -221,7 +221,7 @@ impl Link {
             node.handle.ended.store(true, Ordering::SeqCst);
             if multi {
                 // One node's end is not the run's: it ends when every node has.
-                let text = format!("{}: {} ({reason})", node.host, outcome_status(*outcome).name());
+                let text = format!("{}: {} ({reason})", node.host, crate::fold::status_of(*outcome).name());
                 if *outcome != RunOutcome::Succeeded {
                     self.command_others(k, AgentCommand::Kill);
                 }
@@ -248,10 +248,10 @@ impl Link {
         // The first node to end other than successfully names the run's outcome.
         let failed = self.nodes.iter().filter_map(|n| n.ended.as_ref()).find(|(o, _)| *o != RunOutcome::Succeeded);
         match failed {
-            Some((o, reason)) => (outcome_status(*o), reason.clone()),
+            Some((o, reason)) => (crate::fold::status_of(*o), reason.clone()),
             None if self.nodes.iter().all(|n| n.ended.is_some()) => (
                 RunStatus::Succeeded,
-                format!("all {} ranks finished on {} nodes", self.tracker.record.world_size, self.nodes.len()),
+                format!("all {} ranks finished on {} nodes", self.tracker.state.record.world_size, self.nodes.len()),
             ),
             None => (RunStatus::Interrupted, "lost the node agent before the run ended".into()),
         }
@@ -266,7 +266,7 @@ impl Link {
     }
 
     fn note(&mut self, text: String) {
-        tracing::info!("run {}: {text}", self.tracker.record.id);
+        tracing::info!("run {}: {text}", self.tracker.state.record.id);
         self.notes.push(EventRecord { t_ms: unix_ms(), kind: EventKind::Notice, rank: None, text });
     }
 
@@ -275,7 +275,7 @@ impl Link {
             return Ok(());
         }
         let mut batch = Batch::default();
-        let run = self.tracker.record.id.clone();
+        let run = self.tracker.state.record.id.clone();
         batch.events.extend(self.notes.drain(..).map(|e| (run.clone(), e)));
         let mut taken = Vec::new();
         for (k, node) in self.nodes.iter_mut().enumerate() {
@@ -285,7 +285,7 @@ impl Link {
             }
         }
         if taken.is_empty() {
-            batch.runs.push(self.tracker.record.clone());
+            batch.runs.push(self.tracker.state.record.clone());
         }
         self.ingest.write(batch).await.map_err(anyhow::Error::msg)?;
         for (k, frames) in taken {
@@ -295,14 +295,14 @@ impl Link {
             // No watcher is not an error.
             let _ = self.frames_out.send(std::sync::Arc::new(NodeFrames { node: k as u32, frames }));
         }
-        let ended = !self.tracker.record.status.is_live();
+        let ended = !self.tracker.state.record.status.is_live();
         self.publish(ended);
         self.after_batch().await
     }
 
     /// Lets the analysis give its time-based verdicts (no frame needs to arrive for a hang).
     async fn analyze(&mut self) -> anyhow::Result<()> {
-        if !self.tracker.record.status.is_live() {
+        if !self.tracker.state.record.status.is_live() {
             return Ok(());
         }
         let mut batch = Batch::default();
@@ -310,7 +310,7 @@ impl Link {
         if batch.is_empty() {
             return Ok(());
         }
-        batch.runs.push(self.tracker.record.clone());
+        batch.runs.push(self.tracker.state.record.clone());
         self.ingest.write(batch).await.map_err(anyhow::Error::msg)?;
         self.publish(false);
         self.after_batch().await
@@ -320,7 +320,8 @@ impl Link {
     /// and stack dumps for whoever asked.
     async fn after_batch(&mut self) -> anyhow::Result<()> {
         for (key, verdict) in self.tracker.take_new_hangs() {
-            let live = self.tracker.record.status.is_live() && self.tracker.analyzer.ranks().values().any(|r| r.live());
+            let live =
+                self.tracker.state.record.status.is_live() && self.tracker.analyzer.ranks().values().any(|r| r.live());
             let stacks =
                 if live { Stacks::Pending } else { Stacks::Unavailable("the run ended with the verdict".into()) };
             self.incidents.insert(key, (verdict, false));
@@ -343,7 +344,7 @@ impl Link {
                     let _ = reply.send(stacks);
                 }
                 Pending::Incident(key) => {
-                    let report = group(self.tracker.record.id.clone(), &stacks);
+                    let report = group(self.tracker.state.record.id.clone(), &stacks);
                     if let Some(sharper) = self.tracker.analyzer.refine_with_stacks(&report.groups) {
                         let mut batch = Batch::default();
                         let text = format!("{} (from the stacks): {}", sharper.kind.name(), sharper.summary);
@@ -370,7 +371,9 @@ impl Link {
         for n in self.nodes.iter().filter(|n| !n.done()) {
             match n.handle.cmds.try_send(cmd.clone()) {
                 Ok(()) => asked += 1,
-                Err(e) => tracing::warn!("run {}: stack dump not asked of {}: {e}", self.tracker.record.id, n.host),
+                Err(e) => {
+                    tracing::warn!("run {}: stack dump not asked of {}: {e}", self.tracker.state.record.id, n.host)
+                }
             }
         }
         // A client whose request is dropped hears that the run's agent did not answer.
@@ -382,7 +385,7 @@ impl Link {
     /// Writes (or rewrites) a hang's report file and its verdict record; says so once.
     async fn write_incident(&mut self, key: VerdictKey, stacks: Stacks<'_>) -> anyhow::Result<()> {
         let Some((verdict, written)) = self.incidents.get(&key).cloned() else { return Ok(()) };
-        let md = incident::render(&self.tracker.record, &verdict, &self.tracker.analyzer, stacks);
+        let md = incident::render(&self.tracker.state.record, &verdict, &self.tracker.analyzer, stacks);
         let path = self.run_dir.as_ref().map(|d| d.join(incident::file_name(&verdict)));
         let mut batch = Batch::default();
         let mut report_path = None;
@@ -400,15 +403,15 @@ impl Link {
             self.tracker.event_now(&mut batch, EventKind::Incident, verdict.culprits.first().map(|c| c.rank), text);
         }
         let record = VerdictRecord { verdict: verdict.clone(), report_path, report_md: Some(md) };
-        batch.verdicts.push((self.tracker.record.id.clone(), key, record));
+        batch.verdicts.push((self.tracker.state.record.id.clone(), key, record));
         self.incidents.insert(key, (verdict, true));
         self.ingest.write(batch).await.map_err(anyhow::Error::msg)?;
-        self.publish(!self.tracker.record.status.is_live());
+        self.publish(!self.tracker.state.record.status.is_live());
         Ok(())
     }
 
     fn publish(&self, ended: bool) {
-        let r = &self.tracker.record;
+        let r = &self.tracker.state.record;
         let ended = ended.then(|| (r.status, r.reason.clone()));
         self.view.send_replace(RunView { progress: self.tracker.progress(), ended });
     }
@@ -419,13 +422,4 @@ pub fn group(run: crate::ids::RunId, stacks: &[RankStacks]) -> StackReport {
     let (groups, failures) = crate::agent::stacks::group(stacks);
     let timings = stacks.iter().map(|s| (s.rank, s.pid, s.tool, s.elapsed_ms)).collect();
     StackReport { run, groups, failures, timings }
-}
-
-fn outcome_status(o: RunOutcome) -> RunStatus {
-    match o {
-        RunOutcome::Succeeded => RunStatus::Succeeded,
-        RunOutcome::Failed => RunStatus::Failed,
-        RunOutcome::Stopped => RunStatus::Stopped,
-        RunOutcome::Killed => RunStatus::Killed,
-    }
 }

@@ -9,7 +9,7 @@ use crate::ids::{unix_ms, RunId};
 use crate::paths::DbPaths;
 use crate::recipe::Recipe;
 use crate::ssh::launch::{self, Plan, RemoteAgent};
-use crate::store::{Batch, EventKind, EventRecord, RunRecord, RunStatus};
+use crate::store::{Batch, EventKind, EventRecord, RunMeta, RunRecord, RunStatus};
 use anyhow::Context;
 use std::future::Future;
 use std::path::PathBuf;
@@ -79,26 +79,16 @@ pub async fn launch(
     std::fs::write(nodes_file(db, &run), serde_json::to_vec_pretty(&launched)?)?;
     let hosts: Vec<String> = launched.iter().map(|a| a.target.spec.clone()).collect();
     let world = recipe.world_size();
-    let record = RunRecord {
-        id: run.clone(),
+    let meta = RunMeta {
         name: name.unwrap_or_else(|| recipe.name.clone()),
         recipe_name: recipe.name.clone(),
         recipe_path: recipe_path.to_string(),
         recipe_json: recipe_json.to_string(),
-        status: RunStatus::Starting,
-        reason: String::new(),
-        created_ms: unix_ms(),
-        ended_ms: None,
-        hosts: hosts.clone(),
         world_size: world,
         steps_planned: recipe.train.steps,
-        step: 0,
-        last_loss: None,
-        parent: None,
-        resumed_from: None,
-        agent_sockets: launched.iter().map(RemoteAgent::address).collect(),
-        acked_seq: vec![0; launched.len()],
     };
+    let sockets = launched.iter().map(RemoteAgent::address).collect();
+    let record = RunRecord::starting(run.clone(), meta, hosts.clone(), sockets, None);
     let mut batch = Batch::default();
     batch.runs.push(record.clone());
     let where_ = launched.iter().map(|a| format!("{} (agent pid {})", a.target.spec, a.pid)).collect::<Vec<_>>();

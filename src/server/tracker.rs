@@ -1,7 +1,8 @@
 //! Turns one run's agent frames into store batches and a live view of the run.
 use crate::analysis::{Analyzer, Config};
+use crate::fold::RunState;
 use crate::ids::{unix_ms, RunId};
-use crate::protocol::{AgentEvent, AgentFrame, Progress, RankMsg, RankStacks, RunOutcome, Verdict};
+use crate::protocol::{AgentEvent, AgentFrame, Progress, RankMsg, RankStacks, Verdict};
 use crate::store::{Batch, EventKind, EventRecord, Point, RankInfo, RunRecord, RunStatus, VerdictRecord};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -10,11 +11,9 @@ pub type VerdictKey = (u64, u32);
 
 /// What the server knows of a live run; owned by that run's link task.
 pub struct Tracker {
-    pub record: RunRecord,
-    ranks: BTreeMap<u32, RankInfo>,
+    /// The run's record and ranks, as the frames so far made them (the same fold as the cockpit's).
+    pub state: RunState,
     log_lines: BTreeMap<u32, u64>,
-    nan_reported: BTreeSet<u32>,
-    step_time_ms: BTreeMap<u32, f64>,
     pub analyzer: Analyzer,
     verdicts_given: u32,
     /// Hang verdicts given since the link last looked (it writes their incident reports).
@@ -34,30 +33,13 @@ impl Tracker {
             verdicts_given: 0,
             new_hangs: Vec::new(),
             stack_dumps: Vec::new(),
-            ranks: known_ranks.into_iter().map(|r| (r.rank, r)).collect(),
-            record,
+            state: RunState::new(record, known_ranks),
             log_lines: BTreeMap::new(),
-            nan_reported: BTreeSet::new(),
-            step_time_ms: BTreeMap::new(),
         }
     }
 
     fn run(&self) -> RunId {
-        self.record.id.clone()
-    }
-
-    fn rank(&mut self, rank: u32) -> &mut RankInfo {
-        self.ranks.entry(rank).or_insert_with(|| RankInfo {
-            rank,
-            host: String::new(),
-            pid: None,
-            exit: None,
-            step: 0,
-            phase: None,
-            last_loss: None,
-            cpu_pct: None,
-            rss_bytes: None,
-        })
+        self.state.record.id.clone()
     }
 
     /// Adds frames from node `node` to a batch; the run record (with the node's new acked
@@ -67,18 +49,13 @@ impl Tracker {
         for f in frames {
             self.apply_one(f, batch, &mut touched);
         }
-        if let (Some(last), Some(slot)) = (frames.last(), self.record.acked_seq.get_mut(node)) {
+        if let (Some(last), Some(slot)) = (frames.last(), self.state.record.acked_seq.get_mut(node)) {
             *slot = last.seq;
         }
-        let stepped: Vec<u64> = self.ranks.values().map(|r| r.step).collect();
-        self.record.step = stepped.iter().copied().min().unwrap_or(0);
-        let losses: Vec<f64> = self.ranks.values().filter_map(|r| r.last_loss).collect();
-        if !losses.is_empty() {
-            self.record.last_loss = Some(losses.iter().sum::<f64>() / losses.len() as f64);
-        }
-        batch.runs.push(self.record.clone());
+        self.state.settle();
+        batch.runs.push(self.state.record.clone());
         for r in touched {
-            if let Some(info) = self.ranks.get(&r) {
+            if let Some(info) = self.state.ranks.get(r as usize) {
                 batch.ranks.push((self.run(), info.clone()));
             }
         }
@@ -121,103 +98,46 @@ impl Tracker {
         self.event(batch, unix_ms(), kind, rank, text);
     }
 
+    /// One frame: the analysis sees it first (its verdicts come before the frame's own events),
+    /// then the fold; what only the history keeps (points, collectives, logs, checkpoints) is
+    /// added here.
     fn apply_one(&mut self, f: &AgentFrame, batch: &mut Batch, touched: &mut BTreeSet<u32>) {
         let run = self.run();
         let now = unix_ms();
         let verdicts = self.analyzer.observe(now, &f.event);
         self.give(verdicts, batch);
+        if let AgentEvent::RunEnded { .. } = &f.event {
+            // Deaths and mismatches seen just before the end are settled now, before it.
+            let verdicts = self.analyzer.finish(now);
+            self.give(verdicts, batch);
+        }
+        let folded = self.state.apply(f);
+        touched.extend(folded.rank);
+        batch.events.extend(folded.events.into_iter().map(|e| (run.clone(), e)));
         match &f.event {
-            AgentEvent::RankStarted { rank, local_rank, pid, host } => {
-                let info = self.rank(rank.0);
-                info.pid = Some(*pid);
-                info.host = host.clone();
-                touched.insert(rank.0);
-                if self.record.status == RunStatus::Starting {
-                    self.record.status = RunStatus::Running;
-                }
-                let text = format!("rank {rank} (local rank {local_rank}) started on {host}, pid {pid}");
-                self.event(batch, f.t_ms, EventKind::RankStarted, Some(rank.0), text);
-            }
-            AgentEvent::Rank { rank, msg } => {
-                touched.insert(rank.0);
-                match msg {
-                    RankMsg::Register { .. } | RankMsg::Collective(_) | RankMsg::Finished { .. } => {}
-                    RankMsg::CheckpointSaved(c) => self.checkpoint_saved(rank.0, c, f.t_ms, batch),
-                    RankMsg::CheckpointFailed { step, reason } => {
-                        let text = format!("rank {rank}: checkpoint step {} failed: {reason}", step.0);
-                        self.event(batch, f.t_ms, EventKind::CheckpointFailed, Some(rank.0), text);
-                    }
-                    RankMsg::Phase { phase, .. } => self.rank(rank.0).phase = Some(*phase),
-                    RankMsg::Step(m) => {
-                        for (name, value) in m.series() {
-                            batch.points.push((run.clone(), name, Point { step: m.step.0, rank: rank.0, value }));
-                        }
-                        let info = self.rank(rank.0);
-                        info.step = info.step.max(m.step.0);
-                        info.last_loss = Some(m.loss);
-                        self.step_time_ms.insert(rank.0, m.step_time_ms);
-                        if !m.loss.is_finite() && self.nan_reported.insert(rank.0) {
-                            let text = format!("rank {rank} reported loss {} at step {}", m.loss, m.step.0);
-                            self.event(batch, f.t_ms, EventKind::NanLoss, Some(rank.0), text);
-                        }
-                    }
-                }
-                if let RankMsg::Collective(rec) = msg {
-                    batch.collectives.push((run.clone(), rank.0, rec.clone()));
+            AgentEvent::Rank { rank, msg: RankMsg::Step(m) } => {
+                for (name, value) in m.series() {
+                    batch.points.push((run.clone(), name, Point { step: m.step.0, rank: rank.0, value }));
                 }
             }
-            AgentEvent::ProcSample { rank, cpu_pct, rss_bytes } => {
-                let info = self.rank(rank.0);
-                info.cpu_pct = Some(*cpu_pct);
-                info.rss_bytes = Some(*rss_bytes);
-                touched.insert(rank.0);
+            AgentEvent::Rank { rank, msg: RankMsg::Collective(rec) } => {
+                batch.collectives.push((run.clone(), rank.0, rec.clone()));
             }
+            AgentEvent::Rank { rank, msg: RankMsg::CheckpointSaved(c) } => self.checkpoint_saved(rank.0, c, batch),
             AgentEvent::GpuSample(sample) => self.gpu_sample(sample, batch),
-            AgentEvent::Heartbeat => {}
             AgentEvent::StackDump { request, stacks } => self.stack_dumps.push((*request, stacks.clone())),
             AgentEvent::Log { rank, line, .. } => {
                 let n = self.log_lines.entry(rank.0).or_insert(0);
                 *n += 1;
                 batch.logs.push((run.clone(), rank.0, *n, line.clone()));
             }
-            AgentEvent::RankExited { rank, pid, status } => {
-                let info = self.rank(rank.0);
-                info.exit = Some(status.clone());
-                let host = info.host.clone();
-                touched.insert(rank.0);
-                let text = format!("rank {rank} ({host}, pid {pid}) exited: {}", status.describe());
-                self.event(batch, f.t_ms, EventKind::RankExited, Some(rank.0), text);
-            }
-            AgentEvent::Notice { text } => self.event(batch, f.t_ms, EventKind::Notice, None, text.clone()),
-            AgentEvent::BadFrame { rank, reason } => {
-                let text = format!("bad frame dropped: {reason}");
-                self.event(batch, f.t_ms, EventKind::BadFrame, rank.map(|r| r.0), text)
-            }
-            AgentEvent::GpuXid { .. } | AgentEvent::GpuEcc { .. } | AgentEvent::GpuThrottle { .. } => {
-                let text = gpu_event_text(&f.event);
-                self.event(batch, f.t_ms, EventKind::Notice, None, text)
-            }
-            AgentEvent::RunEnded { outcome, reason } => {
-                self.record.status = match outcome {
-                    RunOutcome::Succeeded => RunStatus::Succeeded,
-                    RunOutcome::Failed => RunStatus::Failed,
-                    RunOutcome::Stopped => RunStatus::Stopped,
-                    RunOutcome::Killed => RunStatus::Killed,
-                };
-                self.record.reason = reason.clone();
-                self.record.ended_ms = Some(f.t_ms);
-                let text = format!("run {}: {reason}", self.record.status.name());
-                // Deaths and mismatches seen just before the end are settled now, before it.
-                let verdicts = self.analyzer.finish(now);
-                self.give(verdicts, batch);
-                self.event(batch, f.t_ms, EventKind::RunEnded, None, text);
-            }
+            _ => {}
         }
     }
 
     /// Indexes a committed checkpoint (and forgets the ones pruned to make room), with what the
     /// save cost as series points at its step.
-    fn checkpoint_saved(&mut self, rank: u32, c: &crate::protocol::CheckpointSaved, t_ms: u64, batch: &mut Batch) {
+    fn checkpoint_saved(&mut self, rank: u32, c: &crate::protocol::CheckpointSaved, batch: &mut Batch) {
         let run = self.run();
         batch.checkpoints.push(crate::store::CheckpointRecord {
             run: run.clone(),
@@ -243,39 +163,28 @@ impl Tracker {
         ] {
             batch.points.push((run.clone(), name, Point { step: c.step.0, rank, value }));
         }
-        let text = format!(
-            "checkpoint step {} saved: {:.1} MB in {:.0} ms ({:.2} GB/s), training blocked {:.1} ms",
-            c.step.0,
-            c.bytes as f64 / 1e6,
-            c.write_ms,
-            c.write_gbps,
-            c.blocking_ms
-        );
-        self.event(batch, t_ms, EventKind::CheckpointSaved, Some(rank), text);
     }
 
     /// Marks the run as ended without its agent's word (the agent is gone).
     pub fn end_without_agent(&mut self, status: RunStatus, reason: String, batch: &mut Batch) {
-        self.record.status = status;
-        self.record.reason = reason.clone();
-        self.record.ended_ms = Some(unix_ms());
-        self.event(batch, unix_ms(), EventKind::RunEnded, None, format!("run {}: {reason}", status.name()));
-        batch.runs.push(self.record.clone());
+        let event = self.state.end(status, reason, unix_ms());
+        batch.events.push((self.run(), event));
+        batch.runs.push(self.state.record.clone());
     }
 
     pub fn progress(&self) -> Progress {
-        let losses: Vec<f64> = self.ranks.values().filter_map(|r| r.last_loss).collect();
-        let times: Vec<f64> = self.step_time_ms.values().copied().collect();
+        let losses: Vec<f64> = self.state.ranks.iter().filter_map(|r| r.last_loss).collect();
+        let times: Vec<f64> = self.state.ranks.iter().filter_map(|r| r.step_time_ms).collect();
         let mean = |xs: &[f64]| (!xs.is_empty()).then(|| xs.iter().sum::<f64>() / xs.len() as f64);
         Progress {
             run: self.run(),
-            status: self.record.status,
-            step: self.record.step,
-            steps: self.record.steps_planned,
+            status: self.state.record.status,
+            step: self.state.record.step,
+            steps: self.state.record.steps_planned,
             loss_mean: mean(&losses),
             step_time_ms_mean: mean(&times),
-            ranks_alive: self.ranks.values().filter(|r| r.pid.is_some() && r.exit.is_none()).count() as u32,
-            world_size: self.record.world_size,
+            ranks_alive: self.state.ranks_alive(),
+            world_size: self.state.record.world_size,
             verdicts: self.analyzer.active(),
         }
     }
@@ -289,7 +198,7 @@ impl Tracker {
         let run = self.run();
         for p in &s.processes {
             let Some(rank) = p.rank else { continue };
-            let step = self.ranks.get(&rank.0).map_or(0, |r| r.step);
+            let step = self.state.ranks.get(rank.0 as usize).map_or(0, |r| r.step);
             let mut put = |name: &'static str, value: f64| {
                 batch.points.push((run.clone(), name, Point { step, rank: rank.0, value }));
             };
@@ -314,23 +223,6 @@ impl Tracker {
     }
 }
 
-/// The event text of a GPU event, for the run's event list.
-pub fn gpu_event_text(e: &AgentEvent) -> String {
-    match e {
-        AgentEvent::GpuXid { index, xid } => format!("GPU {index}: XID {xid} (see NVIDIA's XID catalogue)"),
-        AgentEvent::GpuEcc { index, uncorrected: true } => format!("GPU {index}: uncorrected ECC error"),
-        AgentEvent::GpuEcc { index, uncorrected: false } => format!("GPU {index}: corrected ECC error"),
-        AgentEvent::GpuThrottle { index, reasons } if reasons.is_empty() => {
-            format!("GPU {index}: clocks no longer held down")
-        }
-        AgentEvent::GpuThrottle { index, reasons } => {
-            let names: Vec<&str> = reasons.iter().map(|r| crate::agent::nvml_decode::reason_name(*r)).collect();
-            format!("GPU {index}: clocks held down by {}", names.join(", "))
-        }
-        _ => String::new(),
-    }
-}
-
 #[cfg(test)]
 mod gpu_tests {
     use super::*;
@@ -338,26 +230,15 @@ mod gpu_tests {
     use crate::protocol::{GpuProcess, GpuSample, StepMetrics, ThrottleReason};
 
     fn record() -> RunRecord {
-        RunRecord {
-            id: RunId::new_now(),
+        let meta = crate::record::RunMeta {
             name: "g".into(),
             recipe_name: "g".into(),
             recipe_path: "g.toml".into(),
             recipe_json: "{}".into(),
-            status: RunStatus::Running,
-            reason: String::new(),
-            created_ms: 0,
-            ended_ms: None,
-            hosts: vec!["local".into()],
             world_size: 2,
             steps_planned: 10,
-            step: 0,
-            last_loss: None,
-            parent: None,
-            resumed_from: None,
-            agent_sockets: vec![],
-            acked_seq: vec![0],
-        }
+        };
+        RunRecord::starting(RunId::new_now(), meta, vec!["local".into()], vec![], None)
     }
 
     fn frame(seq: u64, event: AgentEvent) -> AgentFrame {

@@ -6,34 +6,9 @@ pub mod disk;
 
 use super::db::{Store, StoreError};
 use crate::ids::RunId;
+pub use crate::record::{CheckpointRecord, Skipped};
 use disk::{Corrupt, Depth, Manifest};
-use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-
-/// One checkpoint of one run, as the store knows it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct CheckpointRecord {
-    pub run: RunId,
-    pub step: u64,
-    /// The step directory.
-    pub path: String,
-    pub bytes: u64,
-    /// Mean over ranks of the loss of this step.
-    pub loss: Option<f64>,
-    pub saved_ms: u64,
-    /// How long training waited for the snapshot (and for a previous save still writing).
-    pub blocking_ms: f64,
-    /// How long the background writer took (write, hash, fsync, commit).
-    pub write_ms: f64,
-    /// The result of the last check: committed and every checked file as the manifest says.
-    pub verified: bool,
-    /// `sizes` or `sha256`: how deep the last check looked (`sha256` at save: the writer
-    /// hashed the very bytes it wrote).
-    pub checked: String,
-    pub checked_ms: u64,
-    /// Why it is not verified.
-    pub problem: Option<String>,
-}
 
 /// `run \0 step`.
 pub fn key(run: &RunId, step: u64) -> Vec<u8> {
@@ -124,13 +99,6 @@ pub fn inspect(run: &RunId, root: &Path, known: Vec<CheckpointRecord>, depth: De
 fn dir_bytes(dir: &Path) -> u64 {
     let files = std::fs::read_dir(dir).into_iter().flatten().flatten();
     files.filter_map(|e| e.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum()
-}
-
-/// A checkpoint passed over by a resume, and why.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Skipped {
-    pub step: u64,
-    pub reason: String,
 }
 
 /// The checkpoint a resume will load: verified to the last byte.

@@ -3,7 +3,7 @@ use super::keys;
 use super::rollup::{Accumulator, Bucket};
 use super::{EventRecord, Point, RankInfo, RunRecord};
 use crate::ids::RunId;
-use crate::protocol::CollectiveRecord;
+use crate::record::CollectiveRecord;
 use std::collections::HashMap;
 use std::path::Path;
 

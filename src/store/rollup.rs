@@ -1,20 +1,10 @@
 //! Rollups: min/max/mean/last per bucket of 16, 256 and 4096 steps, kept while ingesting so a
 //! chart of a whole run reads a few hundred buckets instead of every point.
-use serde::{Deserialize, Serialize};
+pub use crate::record::Bucket;
 use std::collections::HashMap;
 
 /// Bucket widths in steps, one level each.
 pub const LEVELS: [u64; 3] = [16, 256, 4096];
-
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Bucket {
-    pub min: f64,
-    pub max: f64,
-    pub sum: f64,
-    pub count: u64,
-    pub last_step: u64,
-    pub last: f64,
-}
 
 impl Bucket {
     fn new(step: u64, v: f64) -> Bucket {

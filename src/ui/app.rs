@@ -248,7 +248,7 @@ impl App {
                 self.home.clamp(self.now_ms());
             }
             DataEvent::Snapshot(s) => {
-                let same = self.run.model.as_ref().is_none_or(|m| m.record.id == s.detail.run.id);
+                let same = self.run.model.as_ref().is_none_or(|m| m.state.record.id == s.detail.run.id);
                 let watching =
                     self.screen == Screen::Run || (self.screen == Screen::Checkpoints && self.ckpts.from_run);
                 if watching && same {
@@ -257,19 +257,19 @@ impl App {
                     self.ask_parent_loss();
                 }
             }
-            DataEvent::Frames { run, frames } => match self.run.model.as_mut() {
-                Some(m) if m.record.id == run => m.apply_frames(&frames),
+            DataEvent::Frames { run, node, frames } => match self.run.model.as_mut() {
+                Some(m) if m.state.record.id == run => m.apply_frames(node as usize, &frames),
                 _ => return false,
             },
             DataEvent::Lagged { run, skipped } => {
-                if self.run.model.as_ref().is_some_and(|m| m.record.id == run) {
+                if self.run.model.as_ref().is_some_and(|m| m.state.record.id == run) {
                     self.say(format!("the cockpit fell behind the run ({skipped} batches): reloading"));
                     self.run.model = None;
                     self.effects.send(Command::Open { run: run.to_string() });
                 }
             }
             DataEvent::Ended { run, status, reason } => match self.run.model.as_mut() {
-                Some(m) if m.record.id == run => m.ended(status, &reason),
+                Some(m) if m.state.record.id == run => m.ended(status, &reason),
                 _ => return false,
             },
             DataEvent::Launched(run) => {
@@ -284,11 +284,11 @@ impl App {
             }
             DataEvent::CompareSeries { run, points } => self.compare.set_points(&run, points),
             DataEvent::Verdicts { run, verdicts } => match self.run.model.as_mut() {
-                Some(m) if m.record.id == run => m.set_live_verdicts(verdicts),
+                Some(m) if m.state.record.id == run => m.set_live_verdicts(verdicts),
                 _ => return false,
             },
             DataEvent::Stacks { run, rank, result } => {
-                if self.run.model.as_ref().is_none_or(|m| m.record.id != run) {
+                if self.run.model.as_ref().is_none_or(|m| m.state.record.id != run) {
                     return false;
                 }
                 let who = rank.map_or("all ranks".to_string(), |r| format!("rank {r}"));

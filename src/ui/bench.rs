@@ -6,7 +6,7 @@ use super::effects::{DataEvent, Effects};
 use crate::ids::{Rank, RunId, Step};
 use crate::protocol::{AgentEvent, AgentFrame, CollectiveOp, CollectiveRecord, CollectiveState, Phase};
 use crate::protocol::{RankMsg, RunSnapshot, StepMetrics, Stream};
-use crate::store::{RankInfo, RunDetail, RunRecord, RunStatus, Summary};
+use crate::store::{RankInfo, RunDetail, RunMeta, RunRecord, RunStatus, Summary};
 use ratatui::backend::TestBackend;
 use ratatui::layout::Rect;
 use ratatui::Terminal;
@@ -33,37 +33,17 @@ pub struct BenchArgs {
 const RUN: &str = "20260101T000000-bench";
 
 fn snapshot(ranks: u32, now_ms: u64) -> RunSnapshot {
-    let run = RunRecord {
-        id: RunId(RUN.into()),
+    let meta = RunMeta {
         name: "bench".into(),
         recipe_name: "synthetic".into(),
         recipe_path: "-".into(),
         recipe_json: "{}".into(),
-        status: RunStatus::Running,
-        reason: String::new(),
-        created_ms: now_ms,
-        ended_ms: None,
-        hosts: vec!["local".into()],
         world_size: ranks,
         steps_planned: 1_000_000,
-        step: 0,
-        last_loss: None,
-        parent: None,
-        resumed_from: None,
-        agent_sockets: Vec::new(),
-        acked_seq: vec![0],
     };
-    let info = |rank| RankInfo {
-        rank,
-        host: format!("node-{}", rank / 8),
-        pid: Some(10_000 + rank),
-        exit: None,
-        step: 0,
-        phase: None,
-        last_loss: None,
-        cpu_pct: None,
-        rss_bytes: None,
-    };
+    let mut run = RunRecord::starting(RunId(RUN.into()), meta, vec!["local".into()], Vec::new(), None);
+    (run.status, run.created_ms) = (RunStatus::Running, now_ms);
+    let info = |rank| RankInfo { host: format!("node-{}", rank / 8), pid: Some(10_000 + rank), ..RankInfo::new(rank) };
     let detail = RunDetail {
         run,
         ranks: (0..ranks).map(info).collect(),
@@ -193,7 +173,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<i32> {
             let t_ms = crate::ids::unix_ms();
             for node in 0..nodes {
                 let frames = node_frames(node, per_node, step, &mut seq, t_ms, steps_per_s);
-                if tx.send(DataEvent::Frames { run: RunId(RUN.into()), frames }).await.is_err() {
+                if tx.send(DataEvent::Frames { run: RunId(RUN.into()), node, frames }).await.is_err() {
                     return (step, max_lag_ms);
                 }
             }

@@ -69,8 +69,10 @@ pub enum Command {
 pub enum DataEvent {
     Runs(Vec<RunRecord>),
     Snapshot(Box<RunSnapshot>),
+    /// Live frames of one node of the run (each node numbers its own frames).
     Frames {
         run: RunId,
+        node: u32,
         frames: Vec<AgentFrame>,
     },
     /// The stream fell behind the run and dropped batches: the app reopens it.

@@ -111,7 +111,8 @@ impl App {
             Action::Stacks => self.ask_stacks(false),
             Action::StacksAll => self.ask_stacks(true),
             Action::Refresh => {
-                let q = self.run.model.as_ref().map(|m| m.record.id.to_string()).unwrap_or(self.run.query.clone());
+                let q =
+                    self.run.model.as_ref().map(|m| m.state.record.id.to_string()).unwrap_or(self.run.query.clone());
                 self.open_run(&q);
             }
             Action::Follow | Action::NextLogRank | Action::PrevLogRank => {
@@ -151,7 +152,7 @@ impl App {
     fn ask_stacks(&mut self, all: bool) {
         let now = self.now_ms();
         let Some(m) = self.run.model.as_ref() else { return self.error("no run open") };
-        let (run, status, world) = (m.record.id.clone(), m.record.status, m.world());
+        let (run, status, world) = (m.state.record.id.clone(), m.state.record.status, m.world());
         let rank = (!all).then(|| self.run.ranks.cursor.min(world.saturating_sub(1)) as u32);
         let who = rank.map_or("all ranks".to_string(), |r| format!("rank {r}"));
         if self.run.stacks.dumping() {
@@ -179,7 +180,12 @@ impl App {
     }
 
     fn ask_kill_open_run(&mut self) {
-        match self.run.model.as_ref().map(|m| (m.record.id.clone(), m.record.name.clone(), m.record.status)) {
+        match self
+            .run
+            .model
+            .as_ref()
+            .map(|m| (m.state.record.id.clone(), m.state.record.name.clone(), m.state.record.status))
+        {
             Some((run, name, s)) if s.is_live() => self.overlay = Some(Overlay::ConfirmKill { run, name }),
             Some((run, _, s)) => self.error(format!("run {run} is {}, not live: nothing to kill", s.name())),
             None => self.error("no run open"),

@@ -75,7 +75,7 @@ async fn stream(db: &DbPaths, run: &str, tx: &mpsc::Sender<DataEvent>) -> anyhow
     while let Some(reply) = c.next().await? {
         let ev = match reply {
             Reply::Snapshot(s) => DataEvent::Snapshot(s),
-            Reply::Frames { run, frames, .. } => DataEvent::Frames { run, frames },
+            Reply::Frames { run, node, frames } => DataEvent::Frames { run, node, frames },
             Reply::Lagged { run, skipped } => DataEvent::Lagged { run, skipped },
             Reply::Ended { run, status, reason } => {
                 let _ = tx.send(DataEvent::Ended { run, status, reason }).await;

@@ -12,7 +12,7 @@ impl App {
     fn target_run(&self) -> Option<RunRecord> {
         match self.screen {
             Screen::Home => self.home.selected(self.now_ms()).cloned(),
-            Screen::Run => self.run.model.as_ref().map(|m| m.record.clone()),
+            Screen::Run => self.run.model.as_ref().map(|m| m.state.record.clone()),
             Screen::Checkpoints => self.ckpts.record.clone(),
             Screen::Compare => None,
         }
@@ -119,11 +119,13 @@ impl App {
     /// After a snapshot: a resumed run's chart wants its parent's loss up to the resume step.
     pub(super) fn ask_parent_loss(&mut self) {
         let Some(m) = self.run.model.as_ref() else { return };
-        let (Some(parent), Some(from)) = (m.record.parent.clone(), m.record.resumed_from.as_ref()) else { return };
+        let (Some(parent), Some(from)) = (m.state.record.parent.clone(), m.state.record.resumed_from.as_ref()) else {
+            return;
+        };
         if self.run.parent_loss.as_ref().is_some_and(|p| p.parent == parent) {
             return;
         }
-        let child = m.record.id.clone();
+        let child = m.state.record.id.clone();
         self.effects.send(Command::LoadParentLoss { child, parent, step: from.step });
     }
 
@@ -163,7 +165,7 @@ impl App {
                 self.error(format!("resume refused: {message}"));
             }
             DataEvent::ParentLoss { child, loss } => {
-                if self.run.model.as_ref().is_some_and(|m| &m.record.id == child) {
+                if self.run.model.as_ref().is_some_and(|m| &m.state.record.id == child) {
                     self.run.parent_loss = Some(loss.clone());
                 }
             }

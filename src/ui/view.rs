@@ -92,7 +92,7 @@ impl App {
             Screen::Run => match &self.run.model {
                 None => spans.push(Span::raw(format!("opening {}…", self.run.query))),
                 Some(m) => {
-                    let r = &m.record;
+                    let r = &m.state.record;
                     spans.push(Span::styled(r.name.clone(), bold));
                     spans.push(Span::raw(" "));
                     spans.push(Span::styled(r.status.name(), fmt::status_style(r.status)));

@@ -41,7 +41,7 @@ fn collective_text(v: &Verdict) -> Option<String> {
 
 /// How long the condition has held (live) or held until the run ended.
 fn held_ms(m: &RunModel, v: &Verdict, live: bool, now_ms: u64) -> u64 {
-    let until = if live { now_ms } else { m.record.ended_ms.unwrap_or(v.detected_ms) };
+    let until = if live { now_ms } else { m.state.record.ended_ms.unwrap_or(v.detected_ms) };
     until.max(v.detected_ms).saturating_sub(v.since_ms)
 }
 

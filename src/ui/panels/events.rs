@@ -50,7 +50,7 @@ pub fn render(model: Option<&RunModel>, view: &EventsView, focused: bool, area: 
     let inner = block.inner(area);
     block.render(area, buf);
     let Some(model) = model else { return };
-    let start_ms = model.record.created_ms;
+    let start_ms = model.state.record.created_ms;
     // Newest at the bottom, like a log; `back` scrolls toward older ones.
     let h = inner.height as usize;
     let end = model.events.len().saturating_sub(view.back);

@@ -1,7 +1,6 @@
 //! The GPUs panel: one row per GPU with its node, utilisation, SM and tensor activity where the
 //! GPU reports them (GPM), memory, power, temperature, clocks and throttle reasons (the ones
 //! that slow training flagged), and the ranks on it; plus the run's MFU for the header.
-use crate::agent::nvml_decode::{is_alarming, reason_name};
 use crate::protocol::GpuSample;
 use crate::ui::fmt::{self, fit_columns};
 use crate::ui::model::RunModel;
@@ -19,7 +18,7 @@ const HOT_C: f64 = 83.0;
 fn ranks_on(m: &RunModel, g: &GpuSample) -> Vec<u32> {
     let mut by_pid: Vec<u32> = g.processes.iter().filter_map(|p| p.rank.map(|r| r.0)).collect();
     if by_pid.is_empty() {
-        by_pid = m.ranks.iter().filter(|r| m.local_rank_of(r) == Some(g.index)).map(|r| r.rank).collect();
+        by_pid = m.state.ranks.iter().filter(|r| m.local_rank_of(r) == Some(g.index)).map(|r| r.rank).collect();
     }
     by_pid.sort_unstable();
     by_pid.dedup();
@@ -40,7 +39,7 @@ fn rate(rx: Option<u64>, tx: Option<u64>) -> String {
 
 pub fn render(model: Option<&RunModel>, focused: bool, area: Rect, buf: &mut Buffer) {
     let n = model.map(|m| m.gpus.len()).unwrap_or(0);
-    let throttled = model.map(|m| m.gpus.values().filter(|g| g.throttle.iter().any(|r| is_alarming(*r))).count());
+    let throttled = model.map(|m| m.gpus.values().filter(|g| g.throttle.iter().any(|r| r.is_alarming())).count());
     let extra = match throttled {
         Some(t) if t > 0 => format!("{n} · {t} slowed"),
         _ => n.to_string(),
@@ -74,15 +73,16 @@ pub fn render(model: Option<&RunModel>, focused: bool, area: Rect, buf: &mut Buf
     let header = Row::new(cols.iter().zip(&keep).filter(|(_, k)| **k).map(|(c, _)| Cell::from(c.0))).style(fmt::dim());
     let rows = m.gpus.values().take(inner.height.saturating_sub(1) as usize).map(|g| {
         let ranks = ranks_on(m, g);
-        let node = ranks.iter().find_map(|r| m.ranks.get(*r as usize)).map(|r| r.host.clone()).unwrap_or_default();
+        let node =
+            ranks.iter().find_map(|r| m.state.ranks.get(*r as usize)).map(|r| r.host.clone()).unwrap_or_default();
         let throttle: Vec<Span> = if g.throttle.is_empty() {
             vec![Span::styled("-", fmt::dim())]
         } else {
             g.throttle
                 .iter()
                 .map(|r| {
-                    let st = if is_alarming(*r) { Style::new().fg(Color::Red) } else { Style::new().fg(Color::Yellow) };
-                    Span::styled(format!("{} ", reason_name(*r)), st)
+                    let st = if r.is_alarming() { Style::new().fg(Color::Red) } else { Style::new().fg(Color::Yellow) };
+                    Span::styled(format!("{} ", r.name()), st)
                 })
                 .collect()
         };
@@ -126,7 +126,7 @@ pub fn mfu(m: &RunModel) -> Option<f64> {
         return None;
     }
     // The recipe is small JSON; parsing it per frame costs microseconds at 30 frames a second.
-    let recipe: crate::recipe::Recipe = serde_json::from_str(&m.record.recipe_json).ok()?;
+    let recipe: crate::recipe::Recipe = serde_json::from_str(&m.state.record.recipe_json).ok()?;
     Some(crate::mfu::mfu(&recipe.model, tokens / (step_ms / 1e3), peak))
 }
 

@@ -43,7 +43,7 @@ impl Cell {
 
 /// The state of `rank` in collective `row`.
 pub fn cell(m: &RunModel, row: &CollectiveRow, rank: usize) -> Cell {
-    let r = &m.ranks[rank];
+    let r = &m.state.ranks[rank];
     let died = r.exit.as_ref().is_some_and(|e| !e.success());
     let mismatched = m.shown_verdict().is_some_and(|s| {
         s.verdict.kind == crate::protocol::VerdictKind::Mismatch
@@ -55,7 +55,7 @@ pub fn cell(m: &RunModel, row: &CollectiveRow, rank: usize) -> Cell {
         Some(rec) if rec.state == CollectiveState::Completed => Cell::Done,
         Some(_) if died => Cell::Failed,
         Some(_) => Cell::InFlight,
-        None if r.last_collective.is_some_and(|(seq, _, _)| seq >= row.seq) => Cell::Unknown,
+        None if m.last_collective_of(rank as u32).is_some_and(|(seq, _, _)| seq >= row.seq) => Cell::Unknown,
         None => Cell::NotEntered,
     }
 }

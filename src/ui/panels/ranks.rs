@@ -1,10 +1,11 @@
 //! The ranks table: host, pid, step, step time, phase, last collective, heartbeat age, and GPU
 //! (util/mem/power/temp) or CPU/RSS. A rank silent for a while is dimmed with its age.
-use crate::protocol::CollectiveState;
+use crate::protocol::{CollectiveOp, CollectiveState};
+use crate::store::RankInfo;
 use crate::ui::action::Action;
 use crate::ui::fmt::{self, fit_columns, STALE_MS};
 use crate::ui::hang::RankRole;
-use crate::ui::model::{RankRow, RunModel};
+use crate::ui::model::RunModel;
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Rect};
 use ratatui::style::{Color, Modifier, Style};
@@ -31,7 +32,7 @@ impl RanksView {
     }
 }
 
-fn phase_text(r: &RankRow) -> String {
+fn phase_text(r: &RankInfo) -> String {
     match (&r.exit, r.phase) {
         (Some(crate::protocol::ExitStatus::Code(c)), _) => format!("exit {c}"),
         (Some(crate::protocol::ExitStatus::Signal(s)), _) => format!("sig {s}"),
@@ -40,8 +41,8 @@ fn phase_text(r: &RankRow) -> String {
     }
 }
 
-fn collective_text(r: &RankRow) -> String {
-    match r.last_collective {
+fn collective_text(last: Option<(u64, CollectiveOp, CollectiveState)>) -> String {
+    match last {
         Some((seq, op, state)) => {
             let mark = match state {
                 CollectiveState::Scheduled => "queued",
@@ -56,7 +57,7 @@ fn collective_text(r: &RankRow) -> String {
 
 pub fn render(model: Option<&RunModel>, view: &RanksView, focused: bool, now_ms: u64, area: Rect, buf: &mut Buffer) {
     let n = model.map(|m| m.world()).unwrap_or(0);
-    let alive = model.map(|m| m.ranks.iter().filter(|r| r.pid.is_some() && r.exit.is_none()).count()).unwrap_or(0);
+    let alive = model.map(|m| m.state.ranks_alive()).unwrap_or(0);
     let block = fmt::panel_block(fmt::title("ranks", format!("{alive}/{n} alive")), focused);
     let inner = block.inner(area);
     block.render(area, buf);
@@ -86,7 +87,7 @@ pub fn render(model: Option<&RunModel>, view: &RanksView, focused: bool, now_ms:
     let rows_avail = inner.height.saturating_sub(1) as usize;
     let cursor = view.cursor.min(n.saturating_sub(1));
     let offset = (cursor + 1).saturating_sub(rows_avail.max(1));
-    let rows = model.ranks.iter().skip(offset).take(rows_avail).map(|r| {
+    let rows = model.state.ranks.iter().skip(offset).take(rows_avail).map(|r| {
         let age_ms = r.last_seen_ms.map(|t| now_ms.saturating_sub(t));
         let stale = live && r.exit.is_none() && age_ms.is_some_and(|a| a > STALE_MS);
         let mut cells: Vec<Cell> = vec![
@@ -99,7 +100,7 @@ pub fn render(model: Option<&RunModel>, view: &RanksView, focused: bool, now_ms:
                 _ => "-".into(),
             })
             .style(if stale { Style::new().fg(Color::Yellow) } else { Style::new() }),
-            Cell::from(collective_text(r)),
+            Cell::from(collective_text(model.last_collective_of(r.rank))),
             Cell::from(fmt::truncate(&r.host, 10)),
             Cell::from(r.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into())),
         ];

@@ -1,5 +1,5 @@
 //! What the hang and straggler analysis concludes, and stack dumps: data that crosses sockets.
-use super::message::{CollectiveOp, Phase};
+use super::{CollectiveOp, Phase};
 use crate::ids::Step;
 use serde::{Deserialize, Serialize};
 

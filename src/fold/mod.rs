@@ -1,0 +1,196 @@
+//! One fold of a run's agent frames into its state (status, step, ranks) and its events. The
+//! server's tracker (what the history stores) and the cockpit's model (what it shows live) both
+//! call it, so the words in the Events panel are the same live and after a reopen.
+use crate::protocol::{AgentEvent, AgentFrame, CheckpointSaved, RankMsg, RunOutcome};
+use crate::record::{EventKind, EventRecord, Phase, RankInfo, RunRecord, RunStatus};
+use std::collections::BTreeSet;
+
+/// What one frame changed besides the state itself.
+#[derive(Debug, Default, PartialEq)]
+pub struct Folded {
+    /// Events the frame gives, in order.
+    pub events: Vec<EventRecord>,
+    /// The rank whose `RankInfo` changed, if one did.
+    pub rank: Option<u32>,
+}
+
+/// A run as its frames have made it so far: its record and one `RankInfo` per rank (index =
+/// rank). Pure: no clock, no I/O; a frame's time is its own stamp.
+#[derive(Clone, Debug)]
+pub struct RunState {
+    pub record: RunRecord,
+    pub ranks: Vec<RankInfo>,
+    /// Ranks whose non-finite loss has been reported (once per rank, not once per step).
+    nan_reported: BTreeSet<u32>,
+}
+
+impl RunState {
+    /// The state from a stored record and the ranks stored with it.
+    pub fn new(record: RunRecord, known: Vec<RankInfo>) -> RunState {
+        let mut s = RunState { ranks: Vec::new(), nan_reported: BTreeSet::new(), record };
+        for r in 0..s.record.world_size {
+            s.rank_mut(r);
+        }
+        for info in known {
+            let rank = info.rank;
+            *s.rank_mut(rank) = info;
+        }
+        s
+    }
+
+    pub fn rank_mut(&mut self, rank: u32) -> &mut RankInfo {
+        entry(&mut self.ranks, rank)
+    }
+
+    /// Ranks started and not exited.
+    pub fn ranks_alive(&self) -> u32 {
+        self.ranks.iter().filter(|r| r.is_alive()).count() as u32
+    }
+
+    /// Folds one frame in.
+    pub fn apply(&mut self, f: &AgentFrame) -> Folded {
+        let mut out = Folded::default();
+        let t_ms = f.t_ms;
+        let mut event = |kind, rank: Option<u32>, text: String| out.events.push(EventRecord { t_ms, kind, rank, text });
+        match &f.event {
+            AgentEvent::RankStarted { rank, local_rank, pid, host } => {
+                let info = self.rank_mut(rank.0);
+                info.pid = Some(*pid);
+                info.host = host.clone();
+                info.local_rank = Some(*local_rank);
+                info.last_seen_ms = Some(t_ms);
+                out.rank = Some(rank.0);
+                if self.record.status == RunStatus::Starting {
+                    self.record.status = RunStatus::Running;
+                }
+                let text = format!("rank {rank} (local rank {local_rank}) started on {host}, pid {pid}");
+                event(EventKind::RankStarted, Some(rank.0), text);
+            }
+            AgentEvent::Rank { rank, msg } => {
+                out.rank = Some(rank.0);
+                let nan_reported = &mut self.nan_reported;
+                let info = entry(&mut self.ranks, rank.0);
+                info.last_seen_ms = Some(t_ms);
+                match msg {
+                    RankMsg::Register { pid, .. } => info.pid = Some(*pid),
+                    RankMsg::Collective(_) => {}
+                    RankMsg::Finished { .. } => info.phase = Some(Phase::Done),
+                    RankMsg::Phase { phase, .. } => info.phase = Some(*phase),
+                    RankMsg::CheckpointSaved(c) => event(EventKind::CheckpointSaved, Some(rank.0), saved_text(c)),
+                    RankMsg::CheckpointFailed { step, reason } => {
+                        let text = format!("rank {rank}: checkpoint step {} failed: {reason}", step.0);
+                        event(EventKind::CheckpointFailed, Some(rank.0), text);
+                    }
+                    RankMsg::Step(m) => {
+                        info.step = info.step.max(m.step.0);
+                        info.last_loss = Some(m.loss);
+                        info.step_time_ms = Some(m.step_time_ms);
+                        if !m.loss.is_finite() && nan_reported.insert(rank.0) {
+                            let text = format!("rank {rank} reported loss {} at step {}", m.loss, m.step.0);
+                            event(EventKind::NanLoss, Some(rank.0), text);
+                        }
+                    }
+                }
+            }
+            AgentEvent::ProcSample { rank, cpu_pct, rss_bytes } => {
+                let info = self.rank_mut(rank.0);
+                info.cpu_pct = Some(*cpu_pct);
+                info.rss_bytes = Some(*rss_bytes);
+                out.rank = Some(rank.0);
+            }
+            AgentEvent::RankExited { rank, pid, status } => {
+                let info = self.rank_mut(rank.0);
+                info.exit = Some(status.clone());
+                out.rank = Some(rank.0);
+                let text = format!("rank {rank} ({}, pid {pid}) exited: {}", info.host, status.describe());
+                event(EventKind::RankExited, Some(rank.0), text);
+            }
+            AgentEvent::Notice { text } => event(EventKind::Notice, None, text.clone()),
+            AgentEvent::BadFrame { rank, reason } => {
+                event(EventKind::BadFrame, rank.map(|r| r.0), format!("bad frame dropped: {reason}"))
+            }
+            AgentEvent::GpuXid { .. } | AgentEvent::GpuEcc { .. } | AgentEvent::GpuThrottle { .. } => {
+                event(EventKind::Notice, None, gpu_event_text(&f.event))
+            }
+            AgentEvent::RunEnded { outcome, reason } => {
+                out.events.push(self.end(status_of(*outcome), reason.clone(), t_ms));
+            }
+            AgentEvent::GpuSample(_)
+            | AgentEvent::Heartbeat
+            | AgentEvent::StackDump { .. }
+            | AgentEvent::Log { .. } => {}
+        }
+        out
+    }
+
+    /// After a batch of frames: the run's step is the lowest step every rank has reached, its
+    /// loss the mean of the ranks' latest (once per batch: it reads every rank).
+    pub fn settle(&mut self) {
+        self.record.step = self.ranks.iter().map(|r| r.step).min().unwrap_or(0);
+        let losses: Vec<f64> = self.ranks.iter().filter_map(|r| r.last_loss).collect();
+        if !losses.is_empty() {
+            self.record.last_loss = Some(losses.iter().sum::<f64>() / losses.len() as f64);
+        }
+    }
+
+    /// Ends the run: by its agent's word (`RunEnded`) or without it (the agent is gone).
+    pub fn end(&mut self, status: RunStatus, reason: String, t_ms: u64) -> EventRecord {
+        self.record.status = status;
+        self.record.ended_ms = Some(t_ms);
+        let text = format!("run {}: {reason}", status.name());
+        self.record.reason = reason;
+        EventRecord { t_ms, kind: EventKind::RunEnded, rank: None, text }
+    }
+}
+
+/// A rank's info, with the ranks up to it made (a rank can be heard of before the world size).
+fn entry(ranks: &mut Vec<RankInfo>, rank: u32) -> &mut RankInfo {
+    let i = rank as usize;
+    if i >= ranks.len() {
+        let from = ranks.len() as u32;
+        ranks.extend((from..=rank).map(RankInfo::new));
+    }
+    &mut ranks[i]
+}
+
+/// The run status an agent's outcome gives.
+pub fn status_of(outcome: RunOutcome) -> RunStatus {
+    match outcome {
+        RunOutcome::Succeeded => RunStatus::Succeeded,
+        RunOutcome::Failed => RunStatus::Failed,
+        RunOutcome::Stopped => RunStatus::Stopped,
+        RunOutcome::Killed => RunStatus::Killed,
+    }
+}
+
+/// The event text of a committed checkpoint: its size and what the save cost.
+pub fn saved_text(c: &CheckpointSaved) -> String {
+    format!(
+        "checkpoint step {} saved: {:.1} MB in {:.0} ms ({:.2} GB/s), training blocked {:.1} ms",
+        c.step.0,
+        c.bytes as f64 / 1e6,
+        c.write_ms,
+        c.write_gbps,
+        c.blocking_ms
+    )
+}
+
+/// The event text of a GPU event.
+pub fn gpu_event_text(e: &AgentEvent) -> String {
+    match e {
+        AgentEvent::GpuXid { index, xid } => format!("GPU {index}: XID {xid} (see NVIDIA's XID catalogue)"),
+        AgentEvent::GpuEcc { index, uncorrected: true } => format!("GPU {index}: uncorrected ECC error"),
+        AgentEvent::GpuEcc { index, uncorrected: false } => format!("GPU {index}: corrected ECC error"),
+        AgentEvent::GpuThrottle { index, reasons } if reasons.is_empty() => {
+            format!("GPU {index}: clocks no longer held down")
+        }
+        AgentEvent::GpuThrottle { index, reasons } => {
+            let names: Vec<&str> = reasons.iter().map(|r| r.name()).collect();
+            format!("GPU {index}: clocks held down by {}", names.join(", "))
+        }
+        _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests;
