@@ -39,9 +39,17 @@ impl Client {
     }
 
     /// Sends a request and waits for its one reply.
+    /// Sends `req` and returns its one answer (launch progress lines before it are skipped:
+    /// whoever wants them reads the stream with `next`).
     pub async fn request(&mut self, req: &Request) -> anyhow::Result<Reply> {
         self.send(req).await?;
-        self.next().await?.ok_or_else(|| anyhow::anyhow!("the server closed the connection"))
+        loop {
+            match self.next().await? {
+                Some(Reply::LaunchProgress { .. }) => continue,
+                Some(reply) => return Ok(reply),
+                None => anyhow::bail!("the server closed the connection"),
+            }
+        }
     }
 
     pub async fn send(&mut self, req: &Request) -> anyhow::Result<()> {

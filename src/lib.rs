@@ -18,6 +18,7 @@ pub mod record;
 pub mod server;
 pub mod ssh;
 pub mod store;
+pub mod sync;
 pub mod ui;
 #[cfg(feature = "torch")]
 pub mod worker;

@@ -407,3 +407,110 @@ fn a_hang_on_the_second_node_is_named_with_its_host_and_kill_leaves_nothing_on_a
     db.finish();
     lab.assert_nothing_running();
 }
+
+/// A child that is killed and reaped when dropped, so a failed assertion leaves no process.
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_launch_uses_the_ssh_context_of_the_client_that_asks_not_the_servers() {
+    if skip("a_launch_uses_the_ssh_context_of_the_client_that_asks_not_the_servers") {
+        return;
+    }
+    let lab = Lab::new(2);
+    lab.preinstall();
+    let db = Db::new();
+    let homes = tempfile::Builder::new().prefix("fdh").tempdir_in("/tmp").unwrap();
+    let (server_home, client_home) = (homes.path().join("server"), homes.path().join("client"));
+    std::fs::create_dir_all(server_home.join(".ssh")).unwrap();
+    std::fs::create_dir_all(client_home.join(".ssh")).unwrap();
+    // The client's ~/.ssh/config has the host aliases; the server's home has none.
+    std::fs::copy(lab.config_path(), client_home.join(".ssh/config")).unwrap();
+
+    // A server started from an earlier login (another HOME, a dead agent socket), kept up.
+    let mut server = Command::new(bin());
+    server.arg("--db").arg(db.path()).arg("server").arg("--foreground");
+    server.env("HOME", &server_home).env("SSH_AUTH_SOCK", server_home.join("dead-agent.sock"));
+    server.env_remove("FLIGHTDECK_SSH_CONFIG").env("FLIGHTDECK_SERVER_IDLE_MS", "600000");
+    let mut server = Reaped(server.stdout(std::process::Stdio::piped()).spawn().expect("starting the server"));
+    // Its stdout stays open (read) for its whole life.
+    let mut server_out = stdout_lines(&mut server.0);
+    read_until(&mut server_out, |l| l == "ready");
+
+    let args = launch_args(&lab, "tiny-gpt.toml", "node0,node1", &["--ranks-per-node", "1", "--set", "train.steps=24"]);
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut client = db.cmd(&refs);
+    client.env("HOME", &client_home).env_remove("FLIGHTDECK_SSH_CONFIG").env_remove("SSH_AUTH_SOCK");
+    let out = client.output().expect("running flightdeck");
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(server.0.try_wait().unwrap().is_none(), "the first server served the launch");
+    let id = db.json(&["runs", "--json"])["runs"][0]["id"].as_str().unwrap().to_string();
+    let show = db.json(&["show", &id, "--json"]);
+    assert_eq!(show["run"]["status"], "succeeded", "{}", show["run"]);
+    assert_eq!(show["run"]["hosts"], serde_json::json!(["node0", "node1"]));
+
+    drop(server);
+    db.finish();
+    lab.assert_nothing_running();
+}
+
+#[test]
+fn a_two_node_run_opened_in_the_cockpit_mid_way_shows_every_step_of_every_rank_once() {
+    use flightdeck::ui::effects::{Command as UiCommand, DataEvent};
+    use flightdeck::ui::model::RunModel;
+    if skip("a_two_node_run_opened_in_the_cockpit_mid_way_shows_every_step_of_every_rank_once") {
+        return;
+    }
+    let lab = Lab::new(2);
+    lab.preinstall();
+    let db = Db::new();
+    let steps = 60u64;
+    let extra = ["--ranks-per-node", "1", "--set", "train.steps=60"];
+    let args = launch_args(&lab, "tiny-gpt.toml", "node0,node1", &extra);
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut child = ssh_cmd(&db, &lab, &refs).stdout(std::process::Stdio::piped()).spawn().unwrap();
+    let mut lines = stdout_lines(&mut child);
+    let first = read_until(&mut lines, |l| l.starts_with("run "));
+    let id = first.trim_start_matches("run ").split(':').next().unwrap().to_string();
+    read_until(&mut lines, |l| progress_step(l).is_some_and(|s| s >= 5));
+
+    // The cockpit's own stream (ui::io), opened while the run trains: snapshot, then frames.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let model = rt.block_on(async {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+        let mut link = flightdeck::ui::io::ServerLink::new(flightdeck::paths::DbPaths::new(db.path().into()), tx);
+        link.handle(UiCommand::Open { run: id.clone() });
+        let mut model: Option<RunModel> = None;
+        while let Some(ev) = rx.recv().await {
+            match ev {
+                DataEvent::Snapshot(s) => model = Some(RunModel::from_snapshot(&s)),
+                DataEvent::Frames { node, frames, .. } => {
+                    model.as_mut().expect("the snapshot comes first").apply_frames(node as usize, &frames)
+                }
+                DataEvent::Ended { .. } => break,
+                DataEvent::Error(e) | DataEvent::Done(e) => panic!("stream: {e}"),
+                _ => {}
+            }
+        }
+        model.expect("a snapshot")
+    });
+    read_until(&mut lines, |l| l.starts_with(&format!("run {id} ")));
+    assert!(child.wait().unwrap().success());
+    let loss = &model.metrics["loss"];
+    for rank in 0..2 {
+        let seen: Vec<u64> = loss.per_rank[rank].entries().iter().map(|e| e.step).collect();
+        assert_eq!(seen, (1..=steps).collect::<Vec<u64>>(), "rank {rank}: every step once");
+    }
+    assert!(loss.cross.entries().iter().all(|e| e.count == 2), "each step has both ranks exactly once");
+    let started: Vec<&str> =
+        model.events.iter().filter(|e| e.text.contains(") started on ")).map(|e| e.text.as_str()).collect();
+    assert_eq!(started.len(), 2, "each rank's start once: {started:#?}");
+    db.finish();
+    lab.assert_nothing_running();
+}

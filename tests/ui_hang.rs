@@ -153,7 +153,7 @@ fn report(run: &RunId, ranks: &[u32], odd: u32) -> StackReport {
             }
         })
         .collect();
-    let (groups, failures) = flightdeck::agent::stacks::group(&stacks);
+    let (groups, failures) = flightdeck::protocol::stacks::group(&stacks);
     let timings = stacks.iter().map(|s| (s.rank, s.pid, s.tool, s.elapsed_ms)).collect();
     StackReport { run: run.clone(), groups, failures, timings }
 }

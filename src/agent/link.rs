@@ -1,7 +1,8 @@
 //! The agent's upstream link: one server connection at a time, handshake, replay, acks, commands.
-use super::{lock, outbox, Input};
+use super::{outbox, Input};
 use crate::ids::RunId;
 use crate::protocol::{read_frame_async, write_frame_async, AgentCommand, Hello, Role, PROTOCOL_VERSION};
+use crate::sync::lock;
 use std::sync::{Arc, Mutex};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, watch, Notify};

@@ -13,49 +13,19 @@ pub mod stacks;
 mod telemetry;
 mod telemetry_json;
 
-use crate::ids::{Rank, RunId};
+use crate::ids::Rank;
 use crate::paths::RunDirPaths;
 use crate::protocol::{AgentEvent, ExitStatus, RunOutcome};
-use crate::recipe::Recipe;
+use crate::sync::lock;
 use anyhow::Context;
 use outbox::Outbox;
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
 
-/// What the launcher tells an agent to run, written to `spec.json` in its run directory.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct AgentSpec {
-    pub run: RunId,
-    /// This node's name as the run's records show it (`local` for the embedded runtime).
-    pub node: String,
-    /// The global ranks this node runs, with their local ranks.
-    pub ranks: Vec<(Rank, u32)>,
-    pub world_size: u32,
-    /// The rendezvous address every rank uses; this agent hosts the store when `host_store`.
-    pub master_addr: String,
-    pub master_port: u16,
-    pub host_store: bool,
-    pub recipe: Recipe,
-    /// The executable the ranks run (`flightdeck worker`), normally this very binary.
-    pub exe: PathBuf,
-    /// SIGTERM, then SIGKILL after this long.
-    pub stop_grace_ms: u64,
-    /// A graceful stop (SIGUSR1: stop at the next step boundary and save) may take this long
-    /// before the ranks get SIGTERM.
-    #[serde(default = "default_save_grace_ms")]
-    pub save_grace_ms: u64,
-    /// A resumed run: the checkpoint directory every rank restores (FLIGHTDECK_RESUME_FROM).
-    #[serde(default)]
-    pub resume_from: Option<PathBuf>,
-}
-
-fn default_save_grace_ms() -> u64 {
-    120_000
-}
+pub use crate::protocol::spec::AgentSpec;
 
 /// Everything the owner loop reacts to.
 #[derive(Debug)]
@@ -269,11 +239,6 @@ async fn run(mut spec: AgentSpec, paths: RunDirPaths) -> anyhow::Result<()> {
 fn bind_fresh(path: &std::path::Path) -> anyhow::Result<tokio::net::UnixListener> {
     let _ = std::fs::remove_file(path);
     tokio::net::UnixListener::bind(path).with_context(|| format!("binding {}", path.display()))
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A panic while holding the lock leaves plain data behind; carry on with it.
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn push(outbox: &Mutex<Outbox>, notify: &tokio::sync::watch::Sender<u64>, event: AgentEvent) {

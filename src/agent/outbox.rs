@@ -1,7 +1,7 @@
 //! The agent's outbox: every frame it has sent or will send, until the server acknowledges it.
-use super::lock;
 use crate::ids::unix_ms;
 use crate::protocol::{AgentEvent, AgentFrame};
+use crate::sync::lock;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use tokio::sync::watch;

@@ -7,9 +7,7 @@ use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-/// `agent connect`'s exit status when no agent listens: the run's agent has exited, so a
-/// launcher must stop reconnecting.
-pub const NO_AGENT_EXIT: i32 = 3;
+pub use crate::protocol::spec::NO_AGENT_EXIT;
 
 /// The file where an agent hosting the rendezvous store writes the port it bound.
 pub fn port_file(paths: &RunDirPaths) -> PathBuf {

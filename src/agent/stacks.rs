@@ -5,7 +5,7 @@
 //! symbols with the rank stopped (seconds for libtorch). Each tool's output is parsed into
 //! frames free of addresses and hashes, so identical code reads identically across processes
 //! and `group` can put identical ranks together.
-use crate::protocol::{Frame, RankStacks, StackGroup, StackTool, ThreadStack};
+use crate::protocol::{Frame, RankStacks, StackTool, ThreadStack};
 use std::time::{Duration, Instant};
 
 /// A dump that takes longer is abandoned (the tool is killed, which detaches it).
@@ -204,30 +204,6 @@ pub fn clean_function(raw: &str) -> String {
         Some((head, hash)) if hash.len() == 16 && hash.chars().all(|c| c.is_ascii_hexdigit()) => head.to_string(),
         _ => s,
     }
-}
-
-/// Puts ranks whose main threads (the training thread: tid = pid) have identical stacks
-/// together, largest group first; ranks without stacks come back as (rank, why). Helper threads
-/// differ between healthy ranks (rank 0 alone has the checkpoint writer, PyTorch's rank 0 the
-/// TCPStore server), so they are shown but never split a group.
-pub fn group(stacks: &[RankStacks]) -> (Vec<StackGroup>, Vec<(u32, String)>) {
-    let mut groups: Vec<(Vec<String>, StackGroup)> = Vec::new();
-    let mut failures = Vec::new();
-    for s in stacks {
-        if s.threads.is_empty() {
-            failures.push((s.rank, s.error.clone().unwrap_or_else(|| "no threads".into())));
-            continue;
-        }
-        let main = s.threads.iter().find(|t| t.tid == s.pid).unwrap_or(&s.threads[0]);
-        let key: Vec<String> = main.frames.iter().map(|f| f.function.clone()).collect();
-        match groups.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, g)) => g.ranks.push(s.rank),
-            None => groups.push((key, StackGroup { ranks: vec![s.rank], threads: s.threads.clone() })),
-        }
-    }
-    let mut out: Vec<StackGroup> = groups.into_iter().map(|(_, g)| g).collect();
-    out.sort_by_key(|g| (std::cmp::Reverse(g.ranks.len()), g.ranks.first().copied()));
-    (out, failures)
 }
 
 #[cfg(test)]

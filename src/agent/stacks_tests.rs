@@ -1,5 +1,6 @@
 //! Parsers on recorded tool output, grouping, and a live dump of a process this test starts.
 use super::*;
+use crate::protocol::stacks::group;
 
 fn fixture(name: &str) -> String {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/stacks").join(name);

@@ -77,7 +77,11 @@ fn cell(state: &str, detail: impl Into<String>) -> Cell {
 
 fn check_host(spec: &str, cluster: &ClusterSsh, limits: &Limits) -> Vec<Cell> {
     let mut row: Vec<Cell> = COLUMNS.iter().map(|_| cell("-", "")).collect();
-    let target = match config::resolve(spec, cluster.ssh_config.as_deref().map(std::path::Path::new)) {
+    let target = match config::resolve(
+        spec,
+        cluster.ssh_config.as_deref().map(std::path::Path::new),
+        &config::SshContext::from_env(),
+    ) {
         Ok(t) => t,
         Err(e) => {
             row[0] = cell("FAIL", e.to_string());

@@ -41,13 +41,9 @@ pub async fn run(db: &DbPaths, args: RunArgs) -> anyhow::Result<i32> {
         let quoted: Vec<String> = args.hosts.iter().map(|h| format!("{h:?}")).collect();
         overrides.push(format!("cluster.hosts=[{}]", quoted.join(",")));
     }
-    // The server may have been started by another shell: the config this client means travels
-    // with the recipe.
-    let ssh_config = args
-        .ssh_config
-        .clone()
-        .or_else(|| std::env::var_os(crate::ssh::config::CONFIG_ENV).filter(|v| !v.is_empty()).map(PathBuf::from));
-    if let Some(path) = ssh_config {
+    // The client's own SSH environment ($FLIGHTDECK_SSH_CONFIG, HOME, SSH_AUTH_SOCK) travels
+    // with the launch request; an explicit --ssh-config is part of the recipe.
+    if let Some(path) = args.ssh_config.clone() {
         let path = std::path::absolute(&path).unwrap_or(path);
         overrides.push(format!("cluster.ssh_config={:?}", path.display().to_string()));
     }
@@ -72,7 +68,12 @@ pub async fn run(db: &DbPaths, args: RunArgs) -> anyhow::Result<i32> {
     }
     let mut client = Client::connect(db).await?;
     let recipe_json = serde_json::to_string(&recipe)?;
-    let req = Request::Launch { recipe_json, recipe_path: args.recipe.display().to_string(), name: args.name.clone() };
+    let req = Request::Launch {
+        recipe_json,
+        recipe_path: args.recipe.display().to_string(),
+        name: args.name.clone(),
+        ssh: crate::protocol::spec::SshContext::from_env(),
+    };
     client.send(&req).await?;
     // SSH launches report each host's progress before the run id.
     let run = loop {

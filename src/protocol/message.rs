@@ -4,7 +4,7 @@ pub use crate::record::{signal_name, CollectiveOp, CollectiveRecord, CollectiveS
 use serde::{Deserialize, Serialize};
 
 /// Bumped on any change to these types; peers with another version are refused.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// The first frame on every connection, in both directions.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -328,6 +328,9 @@ pub enum Request {
         recipe_json: String,
         recipe_path: String,
         name: Option<String>,
+        /// The client's SSH environment: an SSH launch resolves hosts, keys and known_hosts in
+        /// it, not in the server's (which may be an earlier login's).
+        ssh: super::spec::SshContext,
     },
     ListRuns,
     ShowRun {
@@ -372,6 +375,7 @@ pub enum Request {
         step: Option<u64>,
         recipe_json: Option<String>,
         name: Option<String>,
+        ssh: super::spec::SshContext,
     },
     /// Dump the stacks of a live run's ranks (all, or `rank`), grouped (`Reply::Stacks`).
     Stacks {

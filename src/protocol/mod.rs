@@ -1,6 +1,8 @@
 //! The wire protocol: framing (`frame`) and the message types (`message`).
 pub mod frame;
 pub mod message;
+pub mod spec;
+pub mod stacks;
 
 pub use frame::{read_frame, read_frame_async, write_frame, write_frame_async, Decoder, FrameError};
 pub use message::*;

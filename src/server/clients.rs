@@ -1,10 +1,12 @@
 //! One client connection: handshake, then requests answered in order. `Follow` streams.
+use super::launch::LaunchRequest;
+use super::placement::Progress;
 use super::{RunView, Shared};
-use crate::agent::lock;
 use crate::ids::RunId;
 use crate::protocol::{
     read_frame_async, write_frame_async, AgentCommand, Hello, Reply, Request, Role, PROTOCOL_VERSION,
 };
+use crate::sync::lock;
 use std::time::Duration;
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::UnixStream;
@@ -29,7 +31,7 @@ pub async fn serve(stream: UnixStream, shared: &Shared) -> anyhow::Result<()> {
             Request::Follow { run } => follow(&mut wr, shared, &run).await?,
             Request::Watch { run } => watch(&mut wr, shared, &run).await?,
             Request::Open { run } => open(&mut wr, shared, &run).await?,
-            req @ Request::Launch { .. } => launch(&mut wr, shared, req).await?,
+            req @ (Request::Launch { .. } | Request::Resume { .. }) => launch(&mut wr, shared, req).await?,
             other => {
                 let reply = answer(shared, other).await.unwrap_or_else(|e| Reply::Error { message: format!("{e:#}") });
                 write_frame_async(&mut wr, &reply).await?;
@@ -46,13 +48,16 @@ async fn resolve(shared: &Shared, query: &str) -> anyhow::Result<RunId> {
 }
 
 async fn answer(shared: &Shared, req: Request) -> anyhow::Result<Reply> {
+    answer_with(shared, req, None).await
+}
+
+/// Answers a request; a launch or resume reports each host's progress to `progress`.
+async fn answer_with(shared: &Shared, req: Request, progress: Progress) -> anyhow::Result<Reply> {
     let store = shared.store.clone();
     Ok(match req {
-        Request::Launch { recipe_json, recipe_path, name } => {
-            let run =
-                super::launch::launch(&shared.db, &recipe_json, &recipe_path, name, &shared.ingest, &shared.registry)
-                    .await?;
-            Reply::Launched { run }
+        Request::Launch { recipe_json, recipe_path, name, ssh } => {
+            let req = LaunchRequest { recipe_json, recipe_path, name, lineage: None, ssh };
+            Reply::Launched { run: super::launch::launch(shared, req, progress).await? }
         }
         Request::ListRuns => Reply::Runs { runs: tokio::task::spawn_blocking(move || store.list_runs()).await?? },
         Request::ShowRun { run } => {
@@ -74,8 +79,8 @@ async fn answer(shared: &Shared, req: Request) -> anyhow::Result<Reply> {
             anyhow::bail!("streamed requests are not answered once")
         }
         Request::Checkpoints { run, verify } => checkpoints(shared, &run, verify).await?,
-        Request::Resume { run, step, recipe_json, name } => {
-            super::launch::resume(shared, &run, step, recipe_json, name).await?
+        Request::Resume { run, step, recipe_json, name, ssh } => {
+            super::resume::resume(shared, &run, step, recipe_json, name, ssh, progress).await?
         }
     })
 }
@@ -292,14 +297,14 @@ async fn stacks(shared: &Shared, run: &str, rank: Option<u32>) -> anyhow::Result
     if let (Some(r), true) = (rank, stacks.is_empty()) {
         anyhow::bail!("rank {r} is not a live rank of run {id}; `flightdeck show {id}` lists its ranks");
     }
-    Ok(Reply::Stacks(Box::new(super::link::group(id, &stacks))))
+    Ok(Reply::Stacks(Box::new(crate::protocol::StackReport::from_dumps(id, &stacks))))
 }
 
-/// A launch, streaming each host's progress (SSH launches) before its one final reply.
+/// A launch or resume, streaming each host's progress (SSH launches) before its one final reply.
 async fn launch(wr: &mut OwnedWriteHalf, shared: &Shared, req: Request) -> anyhow::Result<()> {
     // Bounded; the launcher drops notes rather than wait when a client reads slowly.
     let (tx, mut rx) = tokio::sync::mpsc::channel::<(String, String)>(256);
-    let answered = super::remote::with_progress(tx, answer(shared, req));
+    let answered = answer_with(shared, req, Some(tx));
     tokio::pin!(answered);
     let reply = loop {
         tokio::select! {

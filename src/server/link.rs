@@ -6,10 +6,10 @@ use super::ingest::Ingest;
 use super::tracker::{Tracker, VerdictKey};
 use super::transport::{self, Incoming, NodeHandle, Transport};
 use super::{Live, NodeFrames, Registry, RunView, StackAsk};
-use crate::agent::lock;
 use crate::ids::{unix_ms, Rank};
 use crate::protocol::{AgentCommand, AgentEvent, AgentFrame, RankStacks, RunOutcome, StackReport, Verdict};
 use crate::store::{Batch, EventKind, EventRecord, RunStatus, VerdictRecord};
+use crate::sync::lock;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -24,13 +24,6 @@ const ACK_GRACE: Duration = Duration::from_secs(10);
 /// Batches a watcher may fall behind (about 25 s at the flush interval) before it is told it
 /// lagged and must reload from the store.
 const WATCH_BACKLOG: usize = 256;
-
-/// Connects to a local run's agent and starts its link task; Err if the agent cannot be reached.
-pub async fn attach(tracker: Tracker, socket: PathBuf, ingest: Ingest, registry: Registry) -> anyhow::Result<()> {
-    // The agent's socket lives in the run's directory.
-    let run_dir = socket.parent().map(PathBuf::from);
-    attach_nodes(tracker, vec![Transport::Local(socket)], run_dir, ingest, registry).await
-}
 
 /// Connects to every node's agent (all must answer) and starts the run's link task; incident
 /// reports go to `run_dir`.
@@ -344,7 +337,7 @@ impl Link {
                     let _ = reply.send(stacks);
                 }
                 Pending::Incident(key) => {
-                    let report = group(self.tracker.state.record.id.clone(), &stacks);
+                    let report = StackReport::from_dumps(self.tracker.state.record.id.clone(), &stacks);
                     if let Some(sharper) = self.tracker.analyzer.refine_with_stacks(&report.groups) {
                         let mut batch = Batch::default();
                         let text = format!("{} (from the stacks): {}", sharper.kind.name(), sharper.summary);
@@ -415,11 +408,4 @@ impl Link {
         let ended = ended.then(|| (r.status, r.reason.clone()));
         self.view.send_replace(RunView { progress: self.tracker.progress(), ended });
     }
-}
-
-/// Groups a dump's ranks by identical stacks, with each rank's tool and time.
-pub fn group(run: crate::ids::RunId, stacks: &[RankStacks]) -> StackReport {
-    let (groups, failures) = crate::agent::stacks::group(stacks);
-    let timings = stacks.iter().map(|s| (s.rank, s.pid, s.tool, s.elapsed_ms)).collect();
-    StackReport { run, groups, failures, timings }
 }

@@ -6,15 +6,16 @@ mod incident;
 mod ingest;
 pub(crate) mod launch;
 mod link;
-mod remote;
+mod placement;
+mod resume;
 pub(crate) mod tracker;
 mod transport;
 
-use crate::agent::lock;
 use crate::ids::RunId;
 use crate::paths::DbPaths;
 use crate::protocol::{AgentCommand, Progress};
 use crate::store::{Batch, RunStatus, Store};
+use crate::sync::lock;
 use anyhow::Context;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -171,7 +172,7 @@ async fn recover(shared: &Shared) {
         let ranks = shared.store.ranks(&record.id).unwrap_or_default();
         let mut tracker = tracker::Tracker::new(record.clone(), ranks);
         // SSH runs keep their nodes' addresses in nodes.json; local runs, the agent socket.
-        let transports = match remote::transports(&shared.db, &record) {
+        let transports = match placement::transports(&shared.db, &record) {
             Ok(t) if t.is_empty() => Err(anyhow::anyhow!("no agent socket recorded")),
             other => other,
         };

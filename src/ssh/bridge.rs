@@ -174,7 +174,7 @@ fn pump(node: &session::Node, mut ch: ssh2::Channel, local: UnixStream, link: Du
     let status = finish(sess, &mut ch);
     let text = String::from_utf8_lossy(&stderr).trim().to_string();
     BridgeEnd {
-        agent_gone: status == Some(crate::agent::remote::NO_AGENT_EXIT),
+        agent_gone: status == Some(crate::protocol::spec::NO_AGENT_EXIT),
         detail: if text.is_empty() { reason } else { format!("{reason}; the node said: {text}") },
     }
 }

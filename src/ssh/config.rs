@@ -5,11 +5,12 @@
 //! IdentityFile, UserKnownHostsFile, StrictHostKeyChecking. Other keywords are ignored, and so
 //! are `Match` blocks (their lines never apply). The file is `$FLIGHTDECK_SSH_CONFIG` (like
 //! `ssh -F`), else `~/.ssh/config` when it exists.
+pub use crate::protocol::spec::SshContext;
 use std::path::{Path, PathBuf};
 use thiserror::Error;
 
 /// The environment variable naming the config file to use instead of `~/.ssh/config`.
-pub const CONFIG_ENV: &str = "FLIGHTDECK_SSH_CONFIG";
+pub const CONFIG_ENV: &str = SshContext::CONFIG_ENV;
 
 #[derive(Debug, Error)]
 pub enum ConfigError {
@@ -40,6 +41,9 @@ pub struct Target {
     pub known_hosts: Vec<PathBuf>,
     /// `StrictHostKeyChecking accept-new` (or `no`) for this host in the config.
     pub accept_new: bool,
+    /// The ssh-agent to try first: the asking client's.
+    #[serde(default)]
+    pub agent_socket: Option<PathBuf>,
 }
 
 impl Target {
@@ -89,17 +93,13 @@ pub fn parse_spec(spec: &str) -> Result<(Option<String>, String, Option<u16>), C
     Ok((user, host.to_string(), port))
 }
 
-/// The config file in force: `$FLIGHTDECK_SSH_CONFIG`, else `~/.ssh/config` if present.
-pub fn config_path() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os(CONFIG_ENV).filter(|p| !p.is_empty()) {
-        return Some(PathBuf::from(p));
+/// The config file in force for `ctx`: the one it names, else its `~/.ssh/config` if present.
+pub fn config_path(ctx: &SshContext) -> Option<PathBuf> {
+    if let Some(p) = &ctx.config {
+        return Some(p.clone());
     }
-    let p = home().join(".ssh/config");
+    let p = ctx.home_dir().join(".ssh/config");
     p.is_file().then_some(p)
-}
-
-pub fn home() -> PathBuf {
-    std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/"))
 }
 
 /// This process's user name, the default remote user.
@@ -118,16 +118,16 @@ pub fn local_user() -> String {
 }
 
 /// Resolves a host spec through `explicit` (a recipe's cluster.ssh_config), else the config
-/// file in force.
-pub fn resolve(spec: &str, explicit: Option<&Path>) -> Result<Target, ConfigError> {
-    let text = match explicit.map(Path::to_path_buf).or_else(config_path) {
+/// file in force for `ctx` (the asking client's SSH environment).
+pub fn resolve(spec: &str, explicit: Option<&Path>, ctx: &SshContext) -> Result<Target, ConfigError> {
+    let text = match explicit.map(Path::to_path_buf).or_else(|| config_path(ctx)) {
         Some(path) => Some((
             std::fs::read_to_string(&path).map_err(|source| ConfigError::Read { path: path.clone(), source })?,
             path,
         )),
         None => None,
     };
-    resolve_with(spec, text.as_ref().map(|(t, p)| (t.as_str(), p.as_path())))
+    resolve_with(spec, text.as_ref().map(|(t, p)| (t.as_str(), p.as_path())), ctx)
 }
 
 #[derive(Default)]
@@ -140,8 +140,9 @@ struct Found {
     strict: Option<String>,
 }
 
-/// Resolves `spec` against config text (`None`: no config file).
-pub fn resolve_with(spec: &str, config: Option<(&str, &Path)>) -> Result<Target, ConfigError> {
+/// Resolves `spec` against config text (`None`: no config file), in `ctx`'s home.
+pub fn resolve_with(spec: &str, config: Option<(&str, &Path)>, ctx: &SshContext) -> Result<Target, ConfigError> {
+    let home = ctx.home_dir();
     let (user, alias, port) = parse_spec(spec)?;
     let mut found = Found::default();
     if let Some((text, path)) = config {
@@ -149,14 +150,14 @@ pub fn resolve_with(spec: &str, config: Option<(&str, &Path)>) -> Result<Target,
     }
     let hostname = found.hostname.map(|h| h.replace("%h", &alias)).unwrap_or_else(|| alias.clone());
     let user = user.or(found.user).unwrap_or_else(local_user);
-    let expand = |p: &str| PathBuf::from(expand_tokens(p, &hostname, &user));
+    let expand = |p: &str| PathBuf::from(expand_tokens(p, &home, &hostname, &user));
     let mut identity_files: Vec<PathBuf> = found.identity_files.iter().map(|p| expand(p)).collect();
     if identity_files.is_empty() {
-        identity_files = ["id_ed25519", "id_ecdsa", "id_rsa"].iter().map(|n| home().join(".ssh").join(n)).collect();
+        identity_files = ["id_ed25519", "id_ecdsa", "id_rsa"].iter().map(|n| home.join(".ssh").join(n)).collect();
     }
     let mut known_hosts: Vec<PathBuf> = found.known_hosts.iter().map(|p| expand(p)).collect();
     if known_hosts.is_empty() {
-        known_hosts.push(home().join(".ssh/known_hosts"));
+        known_hosts.push(home.join(".ssh/known_hosts"));
     }
     let accept_new = matches!(found.strict.as_deref(), Some("accept-new" | "no" | "off"));
     Ok(Target {
@@ -168,6 +169,7 @@ pub fn resolve_with(spec: &str, config: Option<(&str, &Path)>) -> Result<Target,
         identity_files,
         known_hosts,
         accept_new,
+        agent_socket: ctx.agent_socket.clone(),
     })
 }
 
@@ -261,8 +263,8 @@ fn glob(pattern: &str, text: &str) -> bool {
 }
 
 /// `~`, `%d` (local home), `%h` (remote host), `%r` (remote user), `%u` (local user), `%%`.
-fn expand_tokens(path: &str, host: &str, user: &str) -> String {
-    let home = home().display().to_string();
+fn expand_tokens(path: &str, home: &Path, host: &str, user: &str) -> String {
+    let home = home.display().to_string();
     let path = match path.strip_prefix('~') {
         Some(rest) if rest.is_empty() || rest.starts_with('/') => format!("{home}{rest}"),
         _ => path.to_string(),

@@ -27,8 +27,16 @@ Host *
     User fallback
 "#;
 
+fn ctx() -> SshContext {
+    SshContext { home: Some(PathBuf::from("/home/tester")), config: None, agent_socket: None }
+}
+
+fn home() -> PathBuf {
+    ctx().home_dir()
+}
+
 fn resolve_in(spec: &str) -> Target {
-    resolve_with(spec, Some((CONFIG, Path::new("/test/ssh_config")))).unwrap()
+    resolve_with(spec, Some((CONFIG, Path::new("/test/ssh_config"))), &ctx()).unwrap()
 }
 
 #[test]
@@ -72,7 +80,7 @@ fn the_spec_overrides_the_config_and_patterns_match() {
 
 #[test]
 fn no_config_means_defaults() {
-    let t = resolve_with("10.0.0.5", None).unwrap();
+    let t = resolve_with("10.0.0.5", None, &ctx()).unwrap();
     assert_eq!((t.hostname.as_str(), t.port), ("10.0.0.5", 22));
     assert_eq!(t.user, local_user());
     assert_eq!(t.identity_files.len(), 3);
@@ -80,7 +88,7 @@ fn no_config_means_defaults() {
 
 #[test]
 fn a_bad_port_names_the_file_and_line() {
-    let e = resolve_with("x", Some(("Host x\n  Port many\n", Path::new("/c")))).unwrap_err().to_string();
+    let e = resolve_with("x", Some(("Host x\n  Port many\n", Path::new("/c"))), &ctx()).unwrap_err().to_string();
     assert!(e.starts_with("/c:2:") && e.contains("\"many\""), "{e}");
 }
 

@@ -11,14 +11,11 @@ use super::quote::quote;
 use super::session::{self, Node};
 use super::trust::Verdict;
 use super::{Limits, SshError};
-use crate::agent::AgentSpec;
 use crate::ids::{Rank, RunId};
+use crate::protocol::spec::{AgentSpec, SshContext, SAVE_GRACE_MS, STOP_GRACE_MS};
 use crate::recipe::Recipe;
 use serde::{Deserialize, Serialize};
 use std::sync::mpsc;
-
-/// SIGTERM-to-SIGKILL grace when stopping ranks (as for local runs).
-const STOP_GRACE_MS: u64 = 5000;
 
 /// One node's running agent: what the server needs to reach it again (kept in `nodes.json`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -73,7 +70,12 @@ pub struct Plan<'a> {
 
 impl Plan<'_> {
     /// Resolves the hosts that get ranks (rank r on host r / ranks_per_node).
-    pub fn new<'a>(run: &'a RunId, recipe: &'a Recipe, recipe_json: &'a str) -> Result<Plan<'a>, SshError> {
+    pub fn new<'a>(
+        run: &'a RunId,
+        recipe: &'a Recipe,
+        recipe_json: &'a str,
+        ctx: &SshContext,
+    ) -> Result<Plan<'a>, SshError> {
         let rpn = recipe.cluster.ranks_per_node;
         let used = recipe.world_size().div_ceil(rpn) as usize;
         let mut targets = Vec::new();
@@ -87,7 +89,8 @@ impl Plan<'_> {
                         .into(),
                 });
             }
-            targets.push(config::resolve(spec, recipe.cluster.ssh.ssh_config.as_deref().map(std::path::Path::new))?);
+            let explicit = recipe.cluster.ssh.ssh_config.as_deref().map(std::path::Path::new);
+            targets.push(config::resolve(spec, explicit, ctx)?);
         }
         Ok(Plan { run, recipe, recipe_json, targets, limits: Limits::from_recipe(&recipe.cluster) })
     }
@@ -109,7 +112,7 @@ impl Plan<'_> {
             recipe: self.recipe.clone(),
             exe: exe.into(),
             stop_grace_ms: STOP_GRACE_MS,
-            save_grace_ms: crate::server::launch::SAVE_GRACE_MS,
+            save_grace_ms: SAVE_GRACE_MS,
             // Multi-node runs start fresh: `resume` of an SSH run is refused (docs/checkpoints.md).
             resume_from: None,
         }

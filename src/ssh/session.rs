@@ -78,14 +78,13 @@ fn ms_left(deadline: Instant) -> u32 {
 /// ssh-agent first, then each identity file; returns how it succeeded, or what was tried.
 fn authenticate(sess: &Session, t: &Target) -> Result<String, Vec<String>> {
     let mut tried = Vec::new();
-    if std::env::var_os("SSH_AUTH_SOCK").is_some_and(|s| !s.is_empty()) {
-        match sess.userauth_agent(&t.user) {
+    match &t.agent_socket {
+        Some(socket) => match agent_auth(sess, &t.user, socket) {
             Ok(()) if sess.authenticated() => return Ok("ssh-agent".into()),
-            Ok(()) => tried.push("ssh-agent (no key accepted)".to_string()),
-            Err(e) => tried.push(format!("ssh-agent ({})", e.message())),
-        }
-    } else {
-        tried.push("ssh-agent (SSH_AUTH_SOCK is not set)".to_string());
+            Ok(()) => tried.push(format!("ssh-agent at {} (no key accepted)", socket.display())),
+            Err(e) => tried.push(format!("ssh-agent at {} ({})", socket.display(), e.message())),
+        },
+        None => tried.push("ssh-agent (SSH_AUTH_SOCK is not set where the launch was asked)".to_string()),
     }
     for file in &t.identity_files {
         if !file.is_file() {
@@ -100,6 +99,23 @@ fn authenticate(sess: &Session, t: &Target) -> Result<String, Vec<String>> {
         }
     }
     Err(tried)
+}
+
+/// Tries each key of the ssh-agent at `socket` (the asking client's, not this process's own
+/// `SSH_AUTH_SOCK`, which libssh2 would read).
+fn agent_auth(sess: &Session, user: &str, socket: &std::path::Path) -> Result<(), ssh2::Error> {
+    let mut agent = sess.agent()?;
+    agent.set_identity_path(socket)?;
+    agent.connect()?;
+    agent.list_identities()?;
+    for id in agent.identities()? {
+        if agent.userauth(user, &id).is_ok() && sess.authenticated() {
+            break;
+        }
+    }
+    // Disconnecting only closes the agent socket; the session stays authenticated.
+    let _ = agent.disconnect();
+    Ok(())
 }
 
 impl Node {

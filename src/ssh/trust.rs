@@ -73,7 +73,10 @@ pub fn check(sess: &Session, t: &Target, accept_new: bool) -> Result<Verdict, Bo
         }
         CheckResult::NotFound => {
             let line = format!("{pattern} {key_type} {}", base64(key));
-            let file = t.known_hosts.first().cloned().unwrap_or_else(|| super::config::home().join(".ssh/known_hosts"));
+            let Some(file) = t.known_hosts.first().cloned() else {
+                let detail = "no known_hosts file to record its key in (UserKnownHostsFile is empty)".into();
+                return Err(Box::new(TrustError::Check { host, detail }));
+            };
             if accept_new || t.accept_new {
                 record(&file, &line).map_err(|source| TrustError::Record { host, file, source })?;
                 return Ok(Verdict::AcceptedNew(fingerprint));

@@ -1,0 +1,75 @@
+//! What a launcher hands each node's agent (`spec.json` in its run directory), and the timing
+//! rules both sides share. Every placement (local, SSH, and any later one) writes this one spec.
+use crate::ids::{Rank, RunId};
+use crate::recipe::Recipe;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// SIGTERM-to-SIGKILL grace when stopping ranks.
+pub const STOP_GRACE_MS: u64 = 5000;
+/// How long a graceful stop may take (reach a step boundary, snapshot, write the checkpoint)
+/// before the agent falls back to SIGTERM: a step and a save of a large model.
+pub const SAVE_GRACE_MS: u64 = 120_000;
+/// `agent connect`'s exit status when no agent listens: the run's agent has exited, so a
+/// launcher must stop reconnecting.
+pub const NO_AGENT_EXIT: i32 = 3;
+
+/// What the launcher tells an agent to run, written to `spec.json` in its run directory.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct AgentSpec {
+    pub run: RunId,
+    /// This node's name as the run's records show it (`local` for the embedded runtime).
+    pub node: String,
+    /// The global ranks this node runs, with their local ranks.
+    pub ranks: Vec<(Rank, u32)>,
+    pub world_size: u32,
+    /// The rendezvous address every rank uses; this agent hosts the store when `host_store`.
+    pub master_addr: String,
+    pub master_port: u16,
+    pub host_store: bool,
+    pub recipe: Recipe,
+    /// The executable the ranks run (`flightdeck worker`), normally this very binary.
+    pub exe: PathBuf,
+    /// SIGTERM, then SIGKILL after this long.
+    pub stop_grace_ms: u64,
+    /// A graceful stop (SIGUSR1: stop at the next step boundary and save) may take this long
+    /// before the ranks get SIGTERM.
+    #[serde(default = "default_save_grace_ms")]
+    pub save_grace_ms: u64,
+    /// A resumed run: the checkpoint directory every rank restores (FLIGHTDECK_RESUME_FROM).
+    #[serde(default)]
+    pub resume_from: Option<PathBuf>,
+}
+
+fn default_save_grace_ms() -> u64 {
+    SAVE_GRACE_MS
+}
+
+/// The SSH environment of the client that asks for a launch: the server acts in it, not in its
+/// own (a server started from an earlier login would otherwise use a dead ssh-agent socket, and
+/// ignore the asking client's `HOME` and `FLIGHTDECK_SSH_CONFIG`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SshContext {
+    /// The client's home: `~` in the config, the default config, keys and known_hosts.
+    pub home: Option<PathBuf>,
+    /// The config file the client names (`$FLIGHTDECK_SSH_CONFIG`); None: `~/.ssh/config`.
+    pub config: Option<PathBuf>,
+    /// The client's ssh-agent (`$SSH_AUTH_SOCK`).
+    pub agent_socket: Option<PathBuf>,
+}
+
+impl SshContext {
+    /// The environment variable naming the config file to use instead of `~/.ssh/config`.
+    pub const CONFIG_ENV: &'static str = "FLIGHTDECK_SSH_CONFIG";
+
+    /// This process's SSH environment.
+    pub fn from_env() -> SshContext {
+        let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+        SshContext { home: var("HOME"), config: var(Self::CONFIG_ENV), agent_socket: var("SSH_AUTH_SOCK") }
+    }
+
+    /// The home directory to resolve `~` against (`/` when none is known, as OpenSSH does).
+    pub fn home_dir(&self) -> PathBuf {
+        self.home.clone().unwrap_or_else(|| PathBuf::from("/"))
+    }
+}

@@ -1,0 +1,104 @@
+//! `Request::Resume`: a child run from a verified checkpoint of its parent, through the one
+//! launch path, after checking what a resume may change.
+use super::launch::{launch, LaunchRequest};
+use super::placement::Progress;
+use crate::protocol::spec::SshContext;
+use crate::recipe::Recipe;
+use crate::store::{Lineage, ResumePoint, RunRecord};
+use anyhow::Context;
+
+/// `Request::Resume`: a child of run `query` from its checkpoint at `step` (None: the newest
+/// that verifies), with the parent's recipe or `recipe_json` (the parent's plus overrides).
+pub async fn resume(
+    shared: &super::Shared,
+    query: &str,
+    step: Option<u64>,
+    recipe_json: Option<String>,
+    name: Option<String>,
+    ssh: SshContext,
+    progress: Progress,
+) -> anyhow::Result<crate::protocol::Reply> {
+    let store = shared.store.clone();
+    let q = query.to_string();
+    let parent = tokio::task::spawn_blocking(move || -> anyhow::Result<RunRecord> {
+        let id = store.resolve(&q)?;
+        store.get_run(&id)?.ok_or_else(|| anyhow::anyhow!("run {id} vanished"))
+    })
+    .await??;
+    let id = parent.id.clone();
+    if parent.status.is_live() {
+        anyhow::bail!(
+            "run {id} is still {}: stop it first (`flightdeck stop {id}` saves a checkpoint), then resume",
+            parent.status.name()
+        );
+    }
+    let parent_recipe: Recipe = serde_json::from_str(&parent.recipe_json)
+        .with_context(|| format!("run {id}: its stored recipe cannot be read by this flightdeck"))?;
+    let child_json = recipe_json.unwrap_or_else(|| parent.recipe_json.clone());
+    let child: Recipe =
+        serde_json::from_str(&child_json).context("the client sent a recipe this server cannot read")?;
+    let remote = |hosts: &[String]| hosts.iter().any(|h| h != "local");
+    if remote(&parent.hosts) || remote(&child.cluster.hosts) {
+        anyhow::bail!(
+            "run {id} ran on {}: resuming runs over SSH is not supported yet (the checkpoints stay on the first \
+             node, under cluster.remote_dir's runs/{id}/node-0); resume is for local runs",
+            parent.hosts.join(", ")
+        );
+    }
+    let root = crate::store::checkpoints::root_of(&shared.db.run_dir(&id), &parent_recipe.checkpoint.dir);
+    let chosen = tokio::task::spawn_blocking(move || crate::store::checkpoints::choose(&root, step))
+        .await?
+        .map_err(|e| anyhow::anyhow!("run {id}: {e}"))?;
+    check_resume(&parent_recipe, &child, chosen.step, chosen.manifest.world_size)
+        .map_err(|m| anyhow::anyhow!("run {id}: {m}"))?;
+    let from = ResumePoint { step: chosen.step, path: chosen.path.display().to_string() };
+    let lineage = Lineage { parent: id.clone(), from: from.clone() };
+    let name = name.or_else(|| Some(parent.name.clone()));
+    let req = LaunchRequest {
+        recipe_json: child_json,
+        recipe_path: parent.recipe_path.clone(),
+        name,
+        lineage: Some(lineage),
+        ssh,
+    };
+    let run = launch(shared, req, progress).await?;
+    Ok(crate::protocol::Reply::Resumed { run, parent: id, step: chosen.step, path: from.path, skipped: chosen.skipped })
+}
+
+/// What a resume may change: anything but the model's shape and the world size (a checkpoint
+/// is not resharded), and it must leave steps to train (never zero steps that exit 0).
+pub fn check_resume(parent: &Recipe, child: &Recipe, step: u64, saved_world: u32) -> Result<(), String> {
+    if parent.kind != crate::recipe::Kind::Pretrain || child.kind != crate::recipe::Kind::Pretrain {
+        return Err("only kind = \"pretrain\" runs have checkpoints to resume".into());
+    }
+    if child.world_size() != saved_world {
+        return Err(format!(
+            "parallel.data = {} but checkpoint step {step} was saved by {saved_world} ranks: a resume keeps the \
+             world size, because this build cannot reshard a checkpoint (use --set parallel.data={saved_world} \
+             --set cluster.ranks_per_node={saved_world})",
+            child.world_size()
+        ));
+    }
+    if child.model != parent.model {
+        let (a, b) = (serde_json::to_value(&child.model), serde_json::to_value(&parent.model));
+        let diff: Vec<String> = match (a, b) {
+            (Ok(serde_json::Value::Object(a)), Ok(serde_json::Value::Object(b))) => a
+                .iter()
+                .filter(|(k, v)| b.get(*k) != Some(*v))
+                .map(|(k, v)| {
+                    format!("model.{k} = {v}, the checkpoint's is {}", b.get(k).unwrap_or(&serde_json::Value::Null))
+                })
+                .collect(),
+            _ => vec!["the model differs".into()],
+        };
+        return Err(format!("{}: the model's shape must match the checkpoint's", diff.join("; ")));
+    }
+    if child.train.steps <= step {
+        return Err(format!(
+            "checkpoint step {step} is the run's last (train.steps = {}): nothing remains to train; \
+             to train on, raise train.steps (--set train.steps=N with N > {step})",
+            child.train.steps
+        ));
+    }
+    Ok(())
+}
