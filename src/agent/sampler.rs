@@ -1,10 +1,11 @@
 //! Samples each rank from procfs (CPU %, RSS) and each GPU from NVML, off the async thread.
 use super::nvml::NvmlReader;
 use super::nvml_decode::{decode, decode_event, throttle_change, RawGpuReading};
-use super::{lock, Input};
+use super::Input;
 use crate::ids::unix_us;
 use crate::ids::Rank;
 use crate::protocol::{AgentEvent, GpuSample};
+use crate::sync::lock;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
