@@ -8,6 +8,9 @@ use std::process::Child;
 
 type Lines = Box<dyn Iterator<Item = std::io::Result<String>>>;
 
+/// More steps than any machine trains while a test waits: runs the test stops or kills itself.
+const ENDLESS: u64 = 1_000_000;
+
 /// Launches tiny-gpt headless on `world` local ranks; returns the child, its stdout and the run id.
 fn launch(db: &Db, world: u32, steps: u64, sets: &[&str]) -> (Child, Lines, String) {
     let recipe = recipe("tiny-gpt.toml");
@@ -84,7 +87,7 @@ fn stack_tool() -> bool {
 #[test]
 fn a_rank_hung_before_its_collective_is_named_and_kill_leaves_nothing() {
     let db = Db::new();
-    let (child, mut lines, id) = launch(&db, 2, 400, &strs(&fault("hang-before-collective", 5)));
+    let (child, mut lines, id) = launch(&db, 2, ENDLESS, &strs(&fault("hang-before-collective", 5)));
     let line = read_until(&mut lines, |l| l.starts_with(&format!("{id} verdict ")));
     assert!(line.contains("verdict never-entered"), "{line}");
     let s = show(&db, &id);
@@ -115,7 +118,7 @@ fn a_rank_hung_before_its_collective_is_named_and_kill_leaves_nothing() {
 #[test]
 fn a_rank_stalled_inside_the_ring_is_stuck_and_its_stack_singles_it_out() {
     let db = Db::new();
-    let (child, mut lines, id) = launch(&db, 3, 400, &strs(&fault("hang-in-collective", 4)));
+    let (child, mut lines, id) = launch(&db, 3, ENDLESS, &strs(&fault("hang-in-collective", 4)));
     let line = read_until(&mut lines, |l| l.starts_with(&format!("{id} verdict ")));
     assert!(line.contains("verdict stuck-in-collective"), "{line}");
     let v = of_kind(&show(&db, &id), "stuck-in-collective")[0].clone();
@@ -189,8 +192,10 @@ fn a_size_mismatch_at_one_seq_is_named_and_is_not_called_a_death() {
 #[test]
 fn a_slow_rank_is_a_straggler_and_the_run_still_succeeds() {
     let db = Db::new();
+    // Rank 1's backward sleeps ten times its own compute: slow against its peer at any machine
+    // speed, and far past the lateness floor (a quarter of its peer's compute, at least 2 ms).
     let mut sets = fault("slow", 3);
-    sets.push("fault.slow_pct=300".into());
+    sets.push("fault.slow_pct=1000".into());
     let (mut child, mut lines, id) = launch(&db, 2, 30, &strs(&sets));
     let line = read_until(&mut lines, |l| l.starts_with(&format!("{id} verdict ")));
     assert!(line.contains("verdict straggler") && line.contains("rank 1 (local"), "{line}");
@@ -224,7 +229,9 @@ fn stacks_of_four_ranks_come_back_grouped_and_the_run_goes_on() {
         return;
     }
     let db = Db::new();
-    let (mut child, mut lines, id) = launch(&db, 4, 300, &[]);
+    // Endless, then stopped: a fixed count of the small model's steps is over in a second or two
+    // on a quiet machine, before four ranks' stacks are dumped.
+    let (mut child, mut lines, id) = launch(&db, 4, ENDLESS, &[]);
     read_until(&mut lines, |l| progress_step(l).is_some_and(|s| s >= 2));
     let one = db.json(&["stacks", &id, "--rank", "2", "--json"]);
     assert_eq!(one["groups"][0]["ranks"], serde_json::json!([2]), "{one}");
@@ -238,10 +245,16 @@ fn stacks_of_four_ranks_come_back_grouped_and_the_run_goes_on() {
     println!("stack dump of 4 ranks: {} group(s); per rank (rank, pid, tool, ms): {}", groups.len(), report["timings"]);
     assert_eq!(db.run(&["stacks", &id, "--rank", "9"]).status.code(), Some(2), "not a rank of the run");
 
+    // The dumped ranks train on, then stop gracefully when asked.
+    let dumped = progress_step(&read_until(&mut lines, |l| progress_step(l).is_some())).unwrap();
+    read_until(&mut lines, |l| progress_step(l).is_some_and(|s| s >= dumped + 3));
+    assert!(db.run(&["stop", &id]).status.success());
     let end = read_until(&mut lines, |l| l.starts_with(&format!("run {id} ")));
-    assert!(end.contains("succeeded"), "the dumped ranks finish unharmed: {end}");
-    assert!(child.wait().unwrap().success());
-    assert_eq!(of_kind(&show(&db, &id), "dead"), Vec::<Value>::new(), "dumped ranks are not dead");
+    assert!(end.contains("stopped"), "the dumped ranks stop unharmed: {end}");
+    assert!(!child.wait().unwrap().success(), "a stopped run did not finish its steps");
+    let s = show(&db, &id);
+    assert!(s["ranks"].as_array().unwrap().iter().all(|r| !r["exit"].is_null()), "every rank exited: {}", s["ranks"]);
+    assert_eq!(of_kind(&s, "dead"), Vec::<Value>::new(), "dumped ranks are not dead");
     assert_eq!(db.run(&["stacks", &id]).status.code(), Some(2), "an ended run has no live stacks");
     db.finish();
 }
@@ -249,7 +262,9 @@ fn stacks_of_four_ranks_come_back_grouped_and_the_run_goes_on() {
 #[test]
 fn a_frozen_node_agent_is_a_lost_heartbeat() {
     let db = Db::new();
-    let (child, mut lines, id) = launch(&db, 2, 2000, &[]);
+    // Endless: a fast machine would otherwise finish its steps while the agent is stopped (ranks
+    // drop telemetry rather than wait), and the run would end before the kill.
+    let (child, mut lines, id) = launch(&db, 2, ENDLESS, &[]);
     read_until(&mut lines, |l| progress_step(l).is_some_and(|s| s >= 2));
     let agent: i32 = db
         .leftover_processes()

@@ -4,6 +4,8 @@ use common::*;
 use std::collections::BTreeMap;
 
 const TINY: &str = "tiny-gpt.toml";
+/// More steps than any machine trains while a test waits: for runs the test stops or kills.
+const ENDLESS: &str = "train.steps=1000000";
 
 fn run_headless(db: &Db, extra: &[&str]) -> std::process::Output {
     let recipe = recipe(TINY);
@@ -112,12 +114,11 @@ fn runs_json_works_while_a_run_is_in_progress() {
     let db = Db::new();
     let recipe = recipe(TINY);
     let mut child =
-        db.spawn(&["run", recipe.to_str().unwrap(), "--headless", "--ranks-per-node", "2", "--set", "train.steps=200"]);
+        db.spawn(&["run", recipe.to_str().unwrap(), "--headless", "--ranks-per-node", "2", "--set", ENDLESS]);
     let mut lines = stdout_lines(&mut child);
     read_until(&mut lines, |l| progress_step(l).is_some_and(|s| s >= 2));
     let runs = db.json(&["runs", "--json"]);
     assert_eq!(runs["runs"][0]["status"], "running", "{runs}");
-    // Stop it so the test does not wait for 200 steps.
     let id = runs["runs"][0]["id"].as_str().unwrap().to_string();
     let out = db.run(&["kill", &id]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -133,7 +134,7 @@ fn sigkill_of_one_rank_fails_the_run_and_names_the_rank() {
     let db = Db::new();
     let recipe = recipe(TINY);
     let mut child =
-        db.spawn(&["run", recipe.to_str().unwrap(), "--headless", "--ranks-per-node", "2", "--set", "train.steps=400"]);
+        db.spawn(&["run", recipe.to_str().unwrap(), "--headless", "--ranks-per-node", "2", "--set", ENDLESS]);
     let mut lines = stdout_lines(&mut child);
     read_until(&mut lines, |l| progress_step(l).is_some_and(|s| s >= 3));
     let id = only_run_id(&db);
@@ -196,7 +197,7 @@ fn stop_terminates_every_rank_and_the_run_ends_stopped() {
     let db = Db::new();
     let recipe = recipe(TINY);
     let mut child =
-        db.spawn(&["run", recipe.to_str().unwrap(), "--headless", "--ranks-per-node", "2", "--set", "train.steps=400"]);
+        db.spawn(&["run", recipe.to_str().unwrap(), "--headless", "--ranks-per-node", "2", "--set", ENDLESS]);
     let mut lines = stdout_lines(&mut child);
     read_until(&mut lines, |l| progress_step(l).is_some_and(|s| s >= 2));
     let id = only_run_id(&db);
@@ -220,8 +221,9 @@ fn garbage_on_the_telemetry_socket_is_counted_and_the_run_goes_on() {
     use std::io::Write;
     let db = Db::new();
     let recipe = recipe(TINY);
+    // Endless, then stopped: 40 steps can be over before the garbage reaches the socket.
     let mut child =
-        db.spawn(&["run", recipe.to_str().unwrap(), "--headless", "--ranks-per-node", "2", "--set", "train.steps=40"]);
+        db.spawn(&["run", recipe.to_str().unwrap(), "--headless", "--ranks-per-node", "2", "--set", ENDLESS]);
     let mut lines = stdout_lines(&mut child);
     read_until(&mut lines, |l| progress_step(l).is_some_and(|s| s >= 1));
     let id = only_run_id(&db);
@@ -239,9 +241,13 @@ fn garbage_on_the_telemetry_socket_is_counted_and_the_run_goes_on() {
     s.write_all(&u32::MAX.to_le_bytes()).unwrap();
     drop(s);
 
+    // The run goes on past the garbage, then stops when asked.
+    let sent = progress_step(&read_until(&mut lines, |l| progress_step(l).is_some())).unwrap();
+    read_until(&mut lines, |l| progress_step(l).is_some_and(|s| s >= sent + 3));
+    assert!(db.run(&["stop", &id]).status.success());
     let end = read_until(&mut lines, |l| l.starts_with(&format!("run {id} ")));
-    assert!(end.contains("succeeded"), "{end}");
-    assert!(child.wait().unwrap().success());
+    assert!(end.contains("stopped"), "{end}");
+    assert!(!child.wait().unwrap().success(), "a stopped run did not finish its steps");
     let show = db.json(&["show", &id, "--json"]);
     let bad: Vec<&str> = show["events"]
         .as_array()
@@ -253,7 +259,10 @@ fn garbage_on_the_telemetry_socket_is_counted_and_the_run_goes_on() {
     assert!(bad.iter().any(|t| t.contains("undecodable")), "{bad:?}");
     assert!(bad.iter().any(|t| t.contains("ended inside a frame")), "{bad:?}");
     assert!(bad.iter().any(|t| t.contains("exceeds")), "{bad:?}");
-    assert_eq!(losses(&db, &id).len(), 80, "the real ranks' data is all there");
+    let rows = losses(&db, &id);
+    let last = rows.keys().map(|(step, _)| *step).max().unwrap_or(0);
+    assert!(last > sent, "steps after the garbage: {last}");
+    assert_eq!(rows.len() as u64, 2 * last, "the real ranks' data is all there, every step of both ranks");
     db.finish();
 }
 

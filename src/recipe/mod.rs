@@ -219,16 +219,17 @@ pub struct Analysis {
     /// A hang is no progress on any rank for max(hang_floor_s, hang_k × p50 step time).
     pub hang_floor_s: f64,
     pub hang_k: f64,
-    /// A straggler is slower than the median of the other ranks by more than this...
+    /// A straggler computes slower than the median of the other ranks by more than half this,
+    /// and arrives after them by more than this share of their compute...
     pub straggler_margin_pct: f64,
-    /// ...over this many reported steps.
+    /// ...in 9 of 10 of this many reported steps (`analysis::straggler::judge`).
     pub straggler_window_steps: u64,
 }
 
 impl Default for Analysis {
     /// Flags a hang within max(5 s, 5 × the median step) of the last progress, inside the
-    /// issue's target of max(10 s, 5 × p50); a straggler needs a quarter more time than its
-    /// peers for ten steps, which scheduling noise on a busy box does not give.
+    /// issue's target of max(10 s, 5 × p50); a straggler arrives a quarter of its peers'
+    /// compute late in nine of ten steps, which scheduling noise on a busy box does not give.
     fn default() -> Analysis {
         Analysis { hang_floor_s: 5.0, hang_k: 5.0, straggler_margin_pct: 25.0, straggler_window_steps: 10 }
     }
