@@ -9,7 +9,7 @@ TORCH_ENV := $(FLIGHTDECK_CACHE)/torch-env.mk
 BIN := target/release/flightdeck
 DEMO_DB ?= $(FLIGHTDECK_CACHE)/demo-db
 
-.PHONY: all build demo demo-headless test deps torch clean-cache fmt lint
+.PHONY: all build demo demo-headless test check deps torch clean-cache fmt fmt-check lint
 
 all: build
 
@@ -50,10 +50,18 @@ demo-headless: build
 test: build
 	cargo test --release -- --test-threads=2
 
+# The quick loop: format, lints (warnings are errors; `unwrap` is denied outside tests in
+# src/lib.rs), and the unit tests, without the end-to-end suite.
+check: fmt-check lint
+	cargo test --release --lib
+
 fmt:
 	cargo fmt --all
 
-lint: $(TORCH_ENV)
+fmt-check:
+	cargo fmt --all --check
+
+lint: deps $(TORCH_ENV)
 	cargo clippy --release --all-targets -- -D warnings
 
 # Benchmarks against their references; results land in docs/benchmarks.md. Never part of

@@ -1,7 +1,19 @@
 //! Flightdeck: a terminal cockpit for distributed training runs, with an embedded local runtime.
 //!
-//! One binary plays every part (see `docs/ARCHITECTURE.md`): the CLI and its clients, the
-//! `server` that owns the sled history, the per-node `agent`, and the tch `worker` ranks.
+//! One binary plays every part (see `docs/ARCHITECTURE.md`, which has a row for every file).
+//! The module map, with imports pointing down the list:
+//!
+//! - `cli` (the command line) and `ui` (the cockpit): clients of the server, through `client`.
+//! - `server`: one per database; launches runs over a placement (`server/placement.rs`: local
+//!   or SSH), folds their frames into the history, serves clients.
+//! - `ssh` (hosts, trust, deploy, the all-or-nothing launch) and `agent` (one per node: ranks,
+//!   telemetry, the outbox); `worker` (the tch ranks) over `collective` (ring, NCCL, recorder).
+//! - `analysis` (hang and straggler verdicts) and `fold` (frames into state and events, the one
+//!   fold the server and the cockpit share): pure.
+//! - `protocol` (the wire: frames, messages, the agent spec) and `store` (the sled history).
+//! - Leaves: `record` (the records wire and store share), `recipe`, `ids`, `paths`, `sync`,
+//!   `mfu`, `detach`.
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
 pub mod agent;
 pub mod analysis;
 pub mod cli;

@@ -53,8 +53,13 @@ pub async fn resume(db: &DbPaths, args: ResumeArgs) -> anyhow::Result<i32> {
         println!("skipped checkpoint step {} of run {parent}: {}", s.step, s.reason);
     }
     println!("run {run}: resumed run {parent} from checkpoint step {step} ({path})");
+    use std::io::IsTerminal;
+    let cockpit = !args.headless && std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
+    if cockpit {
+        return crate::ui::run(db, crate::ui::Start::Open(run.0.clone())).await;
+    }
     if !args.headless {
-        eprintln!("flightdeck: the cockpit is not built yet; running headless");
+        eprintln!("flightdeck: not a terminal: following the run headless");
     }
     client.send(&Request::Follow { run: run.0.clone() }).await?;
     while let Some(reply) = client.next().await? {

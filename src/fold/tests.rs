@@ -1,3 +1,4 @@
+//! The fold on hand-made frames: each event text, status change and rank update.
 use super::*;
 use crate::ids::{Rank, RunId, Step};
 use crate::protocol::{ExitStatus, StepMetrics, ThrottleReason};

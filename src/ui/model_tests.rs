@@ -1,3 +1,4 @@
+//! The cockpit model on two nodes' frames: per-node sequence filtering, no gap and no double.
 use super::*;
 use crate::ids::{Rank, RunId, Step};
 use crate::protocol::{SeriesSnapshot, StepMetrics};

@@ -45,8 +45,9 @@ impl Widget for &App {
             Some(Overlay::ConfirmResume(plan)) => popup(" resume · a child run ", plan.lines(), body, buf),
             Some(Overlay::ConfirmStop { run, name }) => {
                 let text = format!(
-                    "Stop run {name} ({run}) gracefully? Every rank saves a checkpoint, then exits \
-                     (SIGTERM; SIGKILL after the grace period).  y: stop · any other key: cancel"
+                    "Stop run {name} ({run}) gracefully? Every rank stops at its next step boundary and \
+                     the run saves a checkpoint (SIGUSR1; SIGTERM if the save overruns its grace, then \
+                     SIGKILL).  y: stop · any other key: cancel"
                 );
                 popup(" stop ", vec![Line::styled(text, Style::new().fg(Color::Yellow))], body, buf);
             }
