@@ -470,8 +470,9 @@ fn a_two_node_run_opened_in_the_cockpit_mid_way_shows_every_step_of_every_rank_o
     let lab = Lab::new(2);
     lab.preinstall();
     let db = Db::new();
-    let steps = 60u64;
-    let extra = ["--ranks-per-node", "1", "--set", "train.steps=60"];
+    // Under the cockpit's per-rank series cap (128 entries), so every step stays its own entry.
+    let steps = 120u64;
+    let extra = ["--ranks-per-node", "1", "--set", "train.steps=120"];
     let args = launch_args(&lab, "tiny-gpt.toml", "node0,node1", &extra);
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut child = ssh_cmd(&db, &lab, &refs).stdout(std::process::Stdio::piped()).spawn().unwrap();
@@ -500,6 +501,9 @@ fn a_two_node_run_opened_in_the_cockpit_mid_way_shows_every_step_of_every_rank_o
         }
         model.expect("a snapshot")
     });
+    // The stream's tasks (and their connections to the server) go with the runtime; the server
+    // then has no client left and exits, which `finish` waits for.
+    drop(rt);
     read_until(&mut lines, |l| l.starts_with(&format!("run {id} ")));
     assert!(child.wait().unwrap().success());
     let loss = &model.metrics["loss"];

@@ -1,11 +1,10 @@
 //! `flightdeck resume RUN`: a child run from a verified checkpoint of RUN, followed like `run`.
 mod recipe_toml;
 
-use super::{EXIT_BAD_INPUT, EXIT_FAILURE};
+use super::EXIT_BAD_INPUT;
 use crate::client::Client;
 use crate::paths::DbPaths;
 use crate::protocol::{Reply, Request};
-use crate::store::RunStatus;
 
 #[derive(clap::Args, Debug)]
 pub struct ResumeArgs {
@@ -61,19 +60,7 @@ pub async fn resume(db: &DbPaths, args: ResumeArgs) -> anyhow::Result<i32> {
     if !args.headless {
         eprintln!("flightdeck: not a terminal: following the run headless");
     }
-    client.send(&Request::Follow { run: run.0.clone() }).await?;
-    while let Some(reply) = client.next().await? {
-        match reply {
-            Reply::Progress(p) => println!("{}", super::run::progress_line(&p)),
-            Reply::Ended { run, status, reason } => {
-                println!("run {run} {}: {reason}", status.name());
-                return Ok(if status == RunStatus::Succeeded { 0 } else { EXIT_FAILURE });
-            }
-            Reply::Error { message } => anyhow::bail!("{message}"),
-            other => anyhow::bail!("unexpected reply while following: {other:?}"),
-        }
-    }
-    anyhow::bail!("lost the server while following run {run}; it goes on: `flightdeck show {run}`")
+    super::run::follow(&mut client, &run).await
 }
 
 /// The parent's recipe with `overrides`, validated like a recipe file (Err: the message).

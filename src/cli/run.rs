@@ -89,6 +89,12 @@ pub async fn run(db: &DbPaths, args: RunArgs) -> anyhow::Result<i32> {
     if cockpit {
         return crate::ui::run(db, crate::ui::Start::Open(run.0.clone())).await;
     }
+    follow(&mut client, &run).await
+}
+
+/// Follows a run headless: a progress line about once a second, each verdict once as it
+/// appears (and again if it sharpens), then the final status; the exit code says how it ended.
+pub async fn follow(client: &mut Client, run: &crate::ids::RunId) -> anyhow::Result<i32> {
     client.send(&Request::Follow { run: run.0.clone() }).await?;
     // Verdicts already printed: each is said once when it appears, and again if it sharpens
     // (stacks single out the culprit of a collective every rank entered).

@@ -66,6 +66,21 @@ actions! {
 }
 
 impl Action {
+    /// Where a list cursor at `cursor` goes in a list of `n` rows (`page` rows a screen); None
+    /// for an action that does not move a cursor.
+    pub fn move_cursor(self, cursor: usize, n: usize, page: usize) -> Option<usize> {
+        let last = n.saturating_sub(1);
+        Some(match self {
+            Action::Up => cursor.saturating_sub(1),
+            Action::Down => (cursor + 1).min(last),
+            Action::PageUp => cursor.saturating_sub(page),
+            Action::PageDown => (cursor + page).min(last),
+            Action::Top => 0,
+            Action::Bottom => last,
+            _ => return None,
+        })
+    }
+
     pub fn from_name(name: &str) -> Option<Action> {
         Action::ALL.iter().copied().find(|a| a.name() == name)
     }

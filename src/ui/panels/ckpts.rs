@@ -96,16 +96,8 @@ impl CkptsView {
     }
 
     pub fn on_action(&mut self, a: Action, page: usize) -> bool {
-        let last = self.rows().len().saturating_sub(1);
-        self.cursor = match a {
-            Action::Up => self.cursor.saturating_sub(1),
-            Action::Down => (self.cursor + 1).min(last),
-            Action::PageUp => self.cursor.saturating_sub(page),
-            Action::PageDown => (self.cursor + page).min(last),
-            Action::Top => 0,
-            Action::Bottom => last,
-            _ => return false,
-        };
+        let Some(to) = a.move_cursor(self.cursor, self.rows().len(), page) else { return false };
+        self.cursor = to;
         true
     }
 }

@@ -107,13 +107,11 @@ impl HomeView {
 
     pub fn on_action(&mut self, a: Action, now_ms: u64, page: usize) {
         let n = self.visible(now_ms).len();
+        if let Some(to) = a.move_cursor(self.cursor, n, page) {
+            self.cursor = to;
+            return;
+        }
         match a {
-            Action::Up => self.cursor = self.cursor.saturating_sub(1),
-            Action::Down => self.cursor = (self.cursor + 1).min(n.saturating_sub(1)),
-            Action::PageUp => self.cursor = self.cursor.saturating_sub(page),
-            Action::PageDown => self.cursor = (self.cursor + page).min(n.saturating_sub(1)),
-            Action::Top => self.cursor = 0,
-            Action::Bottom => self.cursor = n.saturating_sub(1),
             Action::Sort => self.sort = self.sort.next(),
             Action::SortReverse => self.descending = !self.descending,
             Action::Select => {

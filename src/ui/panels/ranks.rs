@@ -18,16 +18,8 @@ pub struct RanksView {
 
 impl RanksView {
     pub fn on_action(&mut self, a: Action, n: usize, page: usize) -> bool {
-        let last = n.saturating_sub(1);
-        self.cursor = match a {
-            Action::Up => self.cursor.saturating_sub(1),
-            Action::Down => (self.cursor + 1).min(last),
-            Action::PageUp => self.cursor.saturating_sub(page),
-            Action::PageDown => (self.cursor + page).min(last),
-            Action::Top => 0,
-            Action::Bottom => last,
-            _ => return false,
-        };
+        let Some(to) = a.move_cursor(self.cursor, n, page) else { return false };
+        self.cursor = to;
         true
     }
 }
