@@ -285,3 +285,29 @@ fn sigkill_at_random_moments_of_saving_never_leaves_a_torn_checkpoint_verified_o
     assert!(torn_seen >= TRIALS / 4, "only {torn_seen} torn directories in {TRIALS} kills");
     assert!(chosen >= TRIALS / 4, "only {chosen} trials had a verified checkpoint");
 }
+
+#[test]
+fn a_resume_of_a_run_without_checkpoints_says_why_it_has_none() {
+    let db = Db::new();
+    let r = recipe("tiny-gpt.toml");
+    let head = ["run", r.to_str().unwrap(), "--headless"];
+    let early = ["--set", "train.steps=30", "--set", "checkpoint.every=100", "--name", "early"];
+    let early = run_id(&ok(&db.run(&args(&head, &early))));
+    let show = db.json(&["show", &early, "--json"]);
+    let first = show["events"][0]["text"].as_str().unwrap_or_default().to_string();
+    assert!(
+        first.starts_with("launched run early (recipe tiny-gpt) on local: "),
+        "the start names run and recipe: {first}"
+    );
+    let err = refused(&db.run(&["resume", &early, "--headless"]));
+    assert!(err.contains("stopped at step 30, before its first save at step 100 (checkpoint.every = 100)"), "{err}");
+
+    let never = ["--set", "train.steps=30", "--set", "checkpoint.every=0", "--name", "never"];
+    let never = run_id(&ok(&db.run(&args(&head, &never))));
+    let err = refused(&db.run(&["resume", &never, "--headless"]));
+    assert!(
+        err.contains("stopped at step 30 without a checkpoint: checkpoint.every = 0 saves only on a graceful stop"),
+        "{err}"
+    );
+    db.finish();
+}

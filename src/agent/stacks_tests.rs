@@ -112,6 +112,7 @@ async fn a_live_process_is_dumped_in_a_moment_and_keeps_running() {
         return;
     }
     let mut child = std::process::Command::new("sleep").arg("30").spawn().expect("sleep");
+    wait_asleep_in_sleep(child.id());
     let got = dump(7, "local", child.id()).await;
     assert!(got.error.is_none(), "{got:?}");
     assert_eq!((got.rank, got.pid), (7, child.id()));
@@ -122,4 +123,24 @@ async fn a_live_process_is_dumped_in_a_moment_and_keeps_running() {
     assert!(child.try_wait().expect("try_wait").is_none(), "the process survives its dump");
     child.kill().expect("kill");
     let _ = child.wait();
+}
+
+/// Waits until `pid` has exec'd `sleep` and sleeps in it: a dump right after spawn can catch
+/// the child before exec or inside the dynamic loader (eu-stack: "Exec format error").
+fn wait_asleep_in_sleep(pid: u32) {
+    let asleep = || {
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // The state is the field after the parenthesised command name.
+        let state = stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next());
+        exe.file_name().is_some_and(|n| n == "sleep") && state == Some('S')
+    };
+    // Bounded: a child that never gets there fails the dump's assertions with their message.
+    for _ in 0..10_000 {
+        if asleep() {
+            return;
+        }
+        std::thread::yield_now();
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
 }

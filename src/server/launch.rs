@@ -26,6 +26,8 @@ pub async fn launch(shared: &Shared, req: LaunchRequest, progress: Progress) -> 
     let recipe: Recipe =
         serde_json::from_str(&req.recipe_json).context("the client sent a recipe this server cannot read")?;
     let run = RunId::new_now();
+    // The first event is stamped when the launch began: before the agents' own first frames.
+    let began_ms = unix_ms();
     let dir = shared.db.run_dir(&run);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     std::fs::write(dir.join("recipe.json"), &req.recipe_json)?;
@@ -49,21 +51,24 @@ pub async fn launch(shared: &Shared, req: LaunchRequest, progress: Progress) -> 
         world_size: world,
         steps_planned: recipe.train.steps,
     };
-    let record = RunRecord::starting(
+    let mut record = RunRecord::starting(
         run.clone(),
         meta,
         started.hosts.clone(),
         started.agent_sockets.clone(),
         req.lineage.clone(),
     );
+    // The run began when its launch did (the Events panel counts from here).
+    record.created_ms = began_ms;
+    let what = format!("run {} (recipe {})", record.name, recipe.name);
     let head = match &req.lineage {
-        Some(l) => format!("resumed {} from run {} at step {} ({})", recipe.name, l.parent, l.from.step, l.from.path),
-        None => format!("launched {}", recipe.name),
+        Some(l) => format!("resumed {what} from run {} at step {} ({})", l.parent, l.from.step, l.from.path),
+        None => format!("launched {what}"),
     };
     let text = format!("{head} {}: {world} ranks{}", started.place, started.nodes_text);
     let mut batch = Batch::default();
     batch.runs.push(record.clone());
-    batch.events.push((run.clone(), EventRecord { t_ms: unix_ms(), kind: EventKind::RunStarted, rank: None, text }));
+    batch.events.push((run.clone(), EventRecord { t_ms: began_ms, kind: EventKind::RunStarted, rank: None, text }));
     shared.ingest.write(batch).await.map_err(anyhow::Error::msg)?;
 
     let transports = started.transports.clone();

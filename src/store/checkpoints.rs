@@ -113,7 +113,7 @@ pub struct Chosen {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ChooseError {
-    #[error("there are no checkpoints in {dir} (checkpoint.every = 0 saves only on a graceful stop)")]
+    #[error("there are no checkpoints in {dir}")]
     NoCheckpoints { dir: String },
     #[error("there is no checkpoint at step {step} in {dir}; steps there: {available}")]
     NoSuchStep { step: u64, dir: String, available: String },
