@@ -290,3 +290,34 @@ fn a_python_command_rank_reports_over_json_lines() {
     assert!(show["events"].as_array().unwrap().iter().all(|e| e["kind"] != "bad_frame"), "{show}");
     db.finish();
 }
+
+#[test]
+fn an_unmodified_torch_distributed_program_rendezvous_on_the_master_port_it_is_given() {
+    let Some(python) = std::env::var_os("FD_VENV").map(|v| std::path::PathBuf::from(v).join("bin/python")) else {
+        common::skipped(file!(), "the torch.distributed rank: FD_VENV is not set (run through make test)");
+        return;
+    };
+    let db = Db::new();
+    let recipe = db.path().join("ddp.toml");
+    let script = repo().join("tests/fixtures/torch_ddp.py");
+    std::fs::write(
+        &recipe,
+        format!(
+            "name = \"ddp\"\nkind = \"command\"\n[command]\nargv = [{:?}, {:?}]\n[cluster]\nranks_per_node = 2\n",
+            python.display().to_string(),
+            script.display().to_string()
+        ),
+    )
+    .unwrap();
+    let out = db.run(&["run", recipe.to_str().unwrap(), "--headless"]);
+    let text = format!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let id = db.json(&["runs", "--json"])["runs"][0]["id"].as_str().unwrap().to_string();
+    let logs: Vec<String> = (0..2)
+        .map(|r| std::fs::read_to_string(db.path().join(format!("runs/{id}/logs/rank-{r}.log"))).unwrap_or_default())
+        .collect();
+    assert!(out.status.success(), "{text}\nrank logs: {logs:#?}");
+    for (r, log) in logs.iter().enumerate() {
+        assert!(log.contains(&format!("rank {r} of 2: sum 3 via 127.0.0.1:")), "rank {r}: {log}");
+    }
+    db.finish();
+}

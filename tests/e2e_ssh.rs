@@ -518,3 +518,52 @@ fn a_two_node_run_opened_in_the_cockpit_mid_way_shows_every_step_of_every_rank_o
     db.finish();
     lab.assert_nothing_running();
 }
+
+#[test]
+fn an_unmodified_torch_distributed_program_spans_two_ssh_nodes() {
+    if skip("an_unmodified_torch_distributed_program_spans_two_ssh_nodes") {
+        return;
+    }
+    let Some(python) = std::env::var_os("FD_VENV").map(|v| std::path::PathBuf::from(v).join("bin/python")) else {
+        common::skipped(file!(), "the torch.distributed ranks: FD_VENV is not set (run through make test)");
+        return;
+    };
+    let lab = Lab::new(2);
+    lab.preinstall();
+    let db = Db::new();
+    let recipe_file = lab.path().join("ddp.toml");
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/torch_ddp.py");
+    // The lab's nodes share one hostname, which resolves to loopback: gloo is told the
+    // interface (as on a cluster whose hostnames do not route, GLOO_SOCKET_IFNAME is the fix).
+    let toml = format!(
+        "name = \"ddp\"\nkind = \"command\"\n[command]\nargv = [\"env\", \"GLOO_SOCKET_IFNAME=eth0\", {:?}, {:?}]\n[cluster]\nranks_per_node = 1\n",
+        python.display().to_string(),
+        script.display().to_string()
+    );
+    std::fs::write(&recipe_file, toml).unwrap();
+    let out = run_ssh(&db, &lab, recipe_file.to_str().unwrap(), "node0,node1", &[]);
+    let id = db.json(&["runs", "--json"])["runs"][0]["id"].as_str().unwrap().to_string();
+    // Each node keeps its ranks' logs in its own run directory under the remote dir.
+    let logs: String = walk_logs(&lab.remote_dir().join("runs").join(&id));
+    assert!(out.status.success(), "{}\nevents: {:#?}\nlogs: {logs}", text(&out), events(&db, &id));
+    let node0 = lab.hosts[0].addr.clone();
+    for r in 0..2 {
+        assert!(logs.contains(&format!("rank {r} of 2: sum 3 via {node0}:")), "rank {r}: {logs}");
+    }
+    db.finish();
+    lab.assert_nothing_running();
+}
+
+/// Every rank log under `dir`, concatenated.
+fn walk_logs(dir: &std::path::Path) -> String {
+    let mut out = String::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.push_str(&walk_logs(&path));
+        } else if path.extension().is_some_and(|e| e == "log") && path.to_string_lossy().contains("rank-") {
+            out.push_str(&std::fs::read_to_string(&path).unwrap_or_default());
+        }
+    }
+    out
+}

@@ -53,8 +53,12 @@ async fn run(mut spec: AgentSpec, paths: RunDirPaths) -> anyhow::Result<()> {
             .context("binding the rendezvous store")?;
         spec.master_port = store.local_addr().port();
         store.spawn();
-        // `agent start` tells an SSH launcher this port, for the other nodes' MASTER_PORT.
-        std::fs::write(remote::port_file(&paths), spec.master_port.to_string())?;
+        if spec.program_port == 0 {
+            spec.program_port = free_port(&spec.master_addr).context("choosing a MASTER_PORT for the ranks")?;
+        }
+        // `agent start` tells an SSH launcher both ports, for the other nodes' specs.
+        let ports = format!("{} {}", spec.master_port, spec.program_port);
+        std::fs::write(remote::port_file(&paths), ports)?;
     }
     std::fs::create_dir_all(paths.root.join("logs"))?;
     let agent_listener = bind_fresh(&paths.agent_socket())?;
@@ -176,4 +180,10 @@ async fn dump_stacks(request: u64, targets: Vec<(Rank, u32)>, node: String, tx: 
     }
     stacks.sort_by_key(|s| s.rank);
     let _ = tx.send(Input::Event(AgentEvent::StackDump { request, stacks })).await;
+}
+
+/// A TCP port on `addr` that is free now: the kernel picks it, and it is released at once for
+/// the ranks' program to bind (torchrun's own free-port choice works the same way).
+fn free_port(addr: &str) -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind((addr, 0))?.local_addr()?.port())
 }

@@ -37,7 +37,10 @@ pub async fn spawn(
         .env("LOCAL_WORLD_SIZE", local_world.to_string())
         .env("GROUP_RANK", "0")
         .env("MASTER_ADDR", &spec.master_addr)
-        .env("MASTER_PORT", spec.master_port.to_string())
+        .env("MASTER_PORT", spec.program_port.to_string())
+        // Flightdeck's own rendezvous store, on another port than the program's MASTER_PORT.
+        .env("FLIGHTDECK_STORE_ADDR", &spec.master_addr)
+        .env("FLIGHTDECK_STORE_PORT", spec.master_port.to_string())
         .env("TORCHELASTIC_RUN_ID", spec.run.as_str())
         .env("FLIGHTDECK_RUN", spec.run.as_str())
         .env("FLIGHTDECK_NODE", &spec.node)

@@ -15,7 +15,8 @@ pub fn port_file(paths: &RunDirPaths) -> PathBuf {
 }
 
 /// `flightdeck agent start --run-dir DIR`: starts the agent in its own session (so it outlives
-/// this SSH session), waits for its "ready" line, prints `ready PID PORT` and exits.
+/// this SSH session), waits for its "ready" line, prints `ready PID STORE_PORT PROGRAM_PORT`
+/// and exits.
 pub fn start(run_dir: PathBuf) -> anyhow::Result<i32> {
     let paths = RunDirPaths::new(run_dir);
     let log = std::fs::OpenOptions::new()
@@ -45,9 +46,11 @@ pub fn start(run_dir: PathBuf) -> anyhow::Result<i32> {
         let tail: Vec<&str> = tail.lines().rev().take(5).collect::<Vec<_>>().into_iter().rev().collect();
         anyhow::bail!("the agent exited before it was ready; {}: {}", paths.agent_log().display(), tail.join(" | "));
     }
-    let port = std::fs::read_to_string(port_file(&paths)).unwrap_or_default();
-    let port: u16 = port.trim().parse().unwrap_or(0);
-    println!("ready {} {port}", child.id());
+    // `STORE_PORT PROGRAM_PORT` from an agent hosting the store; nothing from the others.
+    let ports = std::fs::read_to_string(port_file(&paths)).unwrap_or_default();
+    let mut ports = ports.split_whitespace().map(|p| p.parse::<u16>().unwrap_or(0));
+    let (store, program) = (ports.next().unwrap_or(0), ports.next().unwrap_or(0));
+    println!("ready {} {store} {program}", child.id());
     // The agent is not waited for: it lives on, adopted by init, after this process exits.
     Ok(0)
 }

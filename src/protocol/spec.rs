@@ -25,7 +25,14 @@ pub struct AgentSpec {
     pub world_size: u32,
     /// The rendezvous address every rank uses; this agent hosts the store when `host_store`.
     pub master_addr: String,
+    /// The port of the rendezvous store (this agent's when `host_store`): ranks find it as
+    /// `FLIGHTDECK_STORE_ADDR`/`FLIGHTDECK_STORE_PORT`.
     pub master_port: u16,
+    /// MASTER_PORT for the ranks' own program: a port on MASTER_ADDR that nothing of ours
+    /// holds, so `init_process_group`'s env:// rendezvous binds it unchanged. 0: the agent
+    /// hosting the store picks a free one.
+    #[serde(default)]
+    pub program_port: u16,
     pub host_store: bool,
     pub recipe: Recipe,
     /// The executable the ranks run (`flightdeck worker`), normally this very binary.

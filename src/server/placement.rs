@@ -96,6 +96,7 @@ async fn start_local(
         world_size: world,
         master_addr: "127.0.0.1".into(),
         master_port: 0,
+        program_port: 0,
         host_store: true,
         exe: std::env::current_exe().context("locating the flightdeck executable")?,
         recipe: recipe.clone(),

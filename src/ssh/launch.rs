@@ -48,14 +48,21 @@ pub struct LaunchError {
 /// Progress lines as the launch goes: (host as written, what happened).
 pub type Notes<'a> = &'a (dyn Fn(&str, &str) + Sync);
 
+/// Node 0's agent's ports: its rendezvous store, and the MASTER_PORT it chose for the program.
+#[derive(Clone, Copy, Default)]
+struct Ports {
+    store: u16,
+    program: u16,
+}
+
 enum Go {
-    Start { master_port: u16 },
+    Start(Ports),
     Abort,
 }
 
 enum Report {
     Prepared,
-    Started { port: u16 },
+    Started(Ports),
     Failed(String),
 }
 
@@ -95,7 +102,7 @@ impl Plan<'_> {
         Ok(Plan { run, recipe, recipe_json, targets, limits: Limits::from_recipe(&recipe.cluster) })
     }
 
-    fn spec(&self, k: usize, exe: &str, master_port: u16) -> AgentSpec {
+    fn spec(&self, k: usize, exe: &str, ports: Ports) -> AgentSpec {
         let rpn = self.recipe.cluster.ranks_per_node;
         let world = self.recipe.world_size();
         let first = k as u32 * rpn;
@@ -107,7 +114,8 @@ impl Plan<'_> {
             // The first node's address as the launcher reached it: on a cluster network, how
             // the other nodes reach it too. Its agent binds the rendezvous store there.
             master_addr: self.targets[0].hostname.clone(),
-            master_port,
+            master_port: ports.store,
+            program_port: ports.program,
             host_store: k == 0,
             recipe: self.recipe.clone(),
             exe: exe.into(),
@@ -137,12 +145,12 @@ pub fn launch(plan: &Plan, notes: Notes) -> Result<Vec<RemoteAgent>, LaunchError
         }
         let mut failures = Vec::new();
         let mut started = vec![false; n];
-        let collect = |count: usize, failures: &mut Vec<String>, started: &mut Vec<bool>| -> Option<u16> {
+        let collect = |count: usize, failures: &mut Vec<String>, started: &mut Vec<bool>| -> Option<Ports> {
             let mut port = None;
             for _ in 0..count {
                 match report_rx.recv() {
                     Ok((_, Report::Prepared)) => {}
-                    Ok((k, Report::Started { port: p })) => {
+                    Ok((k, Report::Started(p))) => {
                         started[k] = true;
                         port = Some(p);
                     }
@@ -154,11 +162,11 @@ pub fn launch(plan: &Plan, notes: Notes) -> Result<Vec<RemoteAgent>, LaunchError
         };
         collect(n, &mut failures, &mut started);
         if failures.is_empty() {
-            let _ = go_txs[0].send(Go::Start { master_port: 0 });
+            let _ = go_txs[0].send(Go::Start(Ports::default()));
             let port = collect(1, &mut failures, &mut started);
             if failures.is_empty() {
                 for tx in &go_txs[1..] {
-                    let _ = tx.send(Go::Start { master_port: port.unwrap_or(0) });
+                    let _ = tx.send(Go::Start(port.unwrap_or_default()));
                 }
                 collect(n - 1, &mut failures, &mut started);
             }
@@ -228,19 +236,19 @@ fn node_thread(
     };
     let _ = report.send((k, Report::Prepared));
     let (layout, dir) = run_dir;
-    let master_port = match go.recv() {
-        Ok(Go::Start { master_port }) => master_port,
+    let ports = match go.recv() {
+        Ok(Go::Start(ports)) => ports,
         Ok(Go::Abort) | Err(_) => return remove(&node, &dir, None).map(|_| None),
     };
-    let (pid, port) = match start(plan, k, &node, &layout, &dir, master_port) {
+    let (pid, started) = match start(plan, k, &node, &layout, &dir, ports) {
         Ok(x) => x,
         Err(e) => {
             fail(e);
             return remove(&node, &dir, None).map(|_| None);
         }
     };
-    say(&format!("agent started (pid {pid}, ranks on this node: {})", plan.spec(k, "", 0).ranks.len()));
-    let _ = report.send((k, Report::Started { port }));
+    say(&format!("agent started (pid {pid}, ranks on this node: {})", plan.spec(k, "", Ports::default()).ranks.len()));
+    let _ = report.send((k, Report::Started(started)));
     match fin.recv() {
         Ok(true) => Ok(Some(RemoteAgent {
             index: k,
@@ -277,16 +285,17 @@ fn prepare(plan: &Plan, k: usize, node: &Node, say: &dyn Fn(&str)) -> Result<Pre
     Ok((layout, dir))
 }
 
-/// Writes the node's spec and starts its agent detached; returns (agent pid, rendezvous port).
+/// Writes the node's spec and starts its agent detached; returns the agent's pid and ports (the
+/// store's and the program's, from the node hosting the store).
 fn start(
     plan: &Plan,
     k: usize,
     node: &Node,
     layout: &Layout,
     dir: &str,
-    master_port: u16,
-) -> Result<(u32, u16), SshError> {
-    let spec = serde_json::to_vec_pretty(&plan.spec(k, &layout.exe, master_port)).map_err(|e| SshError::Command {
+    ports: Ports,
+) -> Result<(u32, Ports), SshError> {
+    let spec = serde_json::to_vec_pretty(&plan.spec(k, &layout.exe, ports)).map_err(|e| SshError::Command {
         host: node.host(),
         what: "writing the spec".into(),
         detail: e.to_string(),
@@ -298,13 +307,16 @@ fn start(
     );
     let out = node.check("starting the agent", &cmd, Some(&spec))?;
     let ready = out.lines().find_map(|l| l.strip_prefix("ready ")).unwrap_or("");
-    let mut words = ready.split_whitespace().map(str::parse::<u32>);
-    match (words.next(), words.next()) {
-        (Some(Ok(pid)), Some(Ok(port))) if port <= u32::from(u16::MAX) => Ok((pid, port as u16)),
+    let mut words = ready.split_whitespace();
+    let pid = words.next().and_then(|w| w.parse::<u32>().ok());
+    let store = words.next().and_then(|w| w.parse::<u16>().ok());
+    let program = words.next().and_then(|w| w.parse::<u16>().ok());
+    match (pid, store, program) {
+        (Some(pid), Some(store), Some(program)) => Ok((pid, Ports { store, program })),
         _ => Err(SshError::Command {
             host: node.host(),
             what: "starting the agent".into(),
-            detail: format!("expected `ready PID PORT`, got {:?}", out.trim()),
+            detail: format!("expected `ready PID STORE_PORT PROGRAM_PORT`, got {:?}", out.trim()),
         }),
     }
 }

@@ -54,10 +54,16 @@ impl WorkerEnv {
             return Err(bad("LOCAL_RANK", &local_rank.to_string(), &local_range));
         }
         let master = if world_size > 1 {
-            let addr = required(&get, "MASTER_ADDR", "the host of rank 0's rendezvous store")?;
-            let port: u16 = number(&get, "MASTER_PORT", "a TCP port, 1..=65535")?;
+            // Under an agent the store has variables of its own (MASTER_PORT is left free for
+            // programs that bind it); run by hand (torchrun), MASTER_ADDR/MASTER_PORT name it.
+            let (addr_var, port_var) = match get("FLIGHTDECK_STORE_PORT") {
+                Some(_) => ("FLIGHTDECK_STORE_ADDR", "FLIGHTDECK_STORE_PORT"),
+                None => ("MASTER_ADDR", "MASTER_PORT"),
+            };
+            let addr = required(&get, addr_var, "the host of rank 0's rendezvous store")?;
+            let port: u16 = number(&get, port_var, "a TCP port, 1..=65535")?;
             if port == 0 {
-                return Err(bad("MASTER_PORT", "0", "a TCP port, 1..=65535"));
+                return Err(bad(port_var, "0", "a TCP port, 1..=65535"));
             }
             Some((addr, port))
         } else {
@@ -137,6 +143,17 @@ mod tests {
         assert_eq!((env.node.as_str(), env.telemetry.clone()), ("node-b", None));
         assert_eq!(env.torch_threads(16), 8);
         assert_eq!(env.torch_threads(1), 1);
+    }
+
+    #[test]
+    fn under_an_agent_the_store_has_its_own_variables_and_master_port_is_the_programs() {
+        let mut v = BASE.to_vec();
+        v.extend([("MASTER_ADDR", "10.0.0.2"), ("MASTER_PORT", "29500")]);
+        v.extend([("FLIGHTDECK_STORE_ADDR", "10.0.0.2"), ("FLIGHTDECK_STORE_PORT", "41000")]);
+        assert_eq!(parse(&v).unwrap().master, Some(("10.0.0.2".into(), 41000)));
+        let mut bad = BASE.to_vec();
+        bad.extend([("FLIGHTDECK_STORE_ADDR", "h"), ("FLIGHTDECK_STORE_PORT", "0")]);
+        assert!(parse(&bad).unwrap_err().to_string().contains("FLIGHTDECK_STORE_PORT"));
     }
 
     #[test]
