@@ -64,6 +64,12 @@ fn two_ranks_train_and_every_step_lands_in_history() {
         String::from_utf8_lossy(&jsonl.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(lines.len(), 60);
     assert!(lines.iter().all(|l| l["rank"] == 1 && l["key"] == "grad_norm"));
+    // A metric the run never reported is bad input: exit 2, nothing on stdout, the valid ones named.
+    let nokey = db.run(&["metrics", id, "--key", "nokey"]);
+    let err = String::from_utf8_lossy(&nokey.stderr);
+    assert_eq!(nokey.status.code(), Some(2), "{err}");
+    assert!(nokey.stdout.is_empty(), "no header for a metric that does not exist");
+    assert!(err.contains("no metric \"nokey\"") && err.contains("grad_norm"), "{err}");
     db.finish();
 }
 

@@ -15,9 +15,10 @@ pub enum Format {
 #[derive(clap::Args, Debug)]
 pub struct MetricsArgs {
     pub run: String,
-    /// The metric (default: loss). `flightdeck show RUN` lists them.
-    #[arg(long)]
-    pub key: Option<String>,
+    /// The metric; `flightdeck show RUN` lists them.
+    #[arg(long, default_value = "loss")]
+    pub key: String,
+    /// Only this rank (default: every rank).
     #[arg(long)]
     pub rank: Option<u32>,
     #[arg(long, value_enum, default_value = "csv")]
@@ -137,7 +138,7 @@ pub async fn show(db: &DbPaths, run: &str, json: bool) -> anyhow::Result<i32> {
 }
 
 pub async fn metrics(db: &DbPaths, args: MetricsArgs) -> anyhow::Result<i32> {
-    let key = args.key.clone().unwrap_or_else(|| "loss".into());
+    let key = args.key.clone();
     let req = Request::Metrics { run: args.run.clone(), key: Some(key.clone()), rank: args.rank };
     let points = match ask(db, req).await? {
         Ok(Reply::Metrics { points }) => points,
@@ -145,10 +146,17 @@ pub async fn metrics(db: &DbPaths, args: MetricsArgs) -> anyhow::Result<i32> {
         Err(m) => return refused(&m),
     };
     if points.is_empty() {
-        eprintln!(
-            "flightdeck: run {} has no points for metric {key:?}; `flightdeck show {}` lists its metrics",
-            args.run, args.run
-        );
+        // A metric the run has never reported is bad input; a known one can be empty for now
+        // (a live run's first step, or a rank with no points of it).
+        let known = match ask(db, Request::ShowRun { run: args.run.clone() }).await? {
+            Ok(Reply::Run { detail }) => detail.metrics,
+            Ok(other) => anyhow::bail!("unexpected reply: {other:?}"),
+            Err(m) => return refused(&m),
+        };
+        if !known.contains(&key) {
+            return refused(&format!("run {} has no metric {key:?}; its metrics: {}", args.run, known.join(", ")));
+        }
+        eprintln!("flightdeck: run {} has no points of {key:?} yet", args.run);
     }
     let mut sorted = points;
     sorted.sort_by_key(|p| (p.step, p.rank));
