@@ -58,7 +58,7 @@ fn gpu_check_script_parses_and_its_dry_run_prints_the_table() {
     assert!(syntax.status.success(), "{}", String::from_utf8_lossy(&syntax.stderr));
 
     // The dry run needs a Python with PyTorch: the one scripts/env.sh points at.
-    let Some(python) = std::env::var_os("FD_VENV").map(|v| std::path::PathBuf::from(v).join("bin/python")) else {
+    let Some(python) = common::venv_python() else {
         common::skipped(file!(), "the dry run: FD_VENV is not set (source scripts/env.sh, or run through make test)");
         return;
     };

@@ -299,22 +299,14 @@ fn a_python_command_rank_reports_over_json_lines() {
 
 #[test]
 fn an_unmodified_torch_distributed_program_rendezvous_on_the_master_port_it_is_given() {
-    let Some(python) = std::env::var_os("FD_VENV").map(|v| std::path::PathBuf::from(v).join("bin/python")) else {
+    let Some(python) = venv_python() else {
         common::skipped(file!(), "the torch.distributed rank: FD_VENV is not set (run through make test)");
         return;
     };
     let db = Db::new();
     let recipe = db.path().join("ddp.toml");
     let script = repo().join("tests/fixtures/torch_ddp.py");
-    std::fs::write(
-        &recipe,
-        format!(
-            "name = \"ddp\"\nkind = \"command\"\n[command]\nargv = [{:?}, {:?}]\n[cluster]\nranks_per_node = 2\n",
-            python.display().to_string(),
-            script.display().to_string()
-        ),
-    )
-    .unwrap();
+    command_recipe(&recipe, "ddp", &[python.to_str().unwrap(), script.to_str().unwrap()], 2);
     let out = db.run(&["run", recipe.to_str().unwrap(), "--headless"]);
     let text = format!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     let id = db.json(&["runs", "--json"])["runs"][0]["id"].as_str().unwrap().to_string();

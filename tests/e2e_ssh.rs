@@ -524,7 +524,7 @@ fn an_unmodified_torch_distributed_program_spans_two_ssh_nodes() {
     if skip("an_unmodified_torch_distributed_program_spans_two_ssh_nodes") {
         return;
     }
-    let Some(python) = std::env::var_os("FD_VENV").map(|v| std::path::PathBuf::from(v).join("bin/python")) else {
+    let Some(python) = venv_python() else {
         common::skipped(file!(), "the torch.distributed ranks: FD_VENV is not set (run through make test)");
         return;
     };
@@ -535,12 +535,8 @@ fn an_unmodified_torch_distributed_program_spans_two_ssh_nodes() {
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/torch_ddp.py");
     // The lab's nodes share one hostname, which resolves to loopback: gloo is told the
     // interface (as on a cluster whose hostnames do not route, GLOO_SOCKET_IFNAME is the fix).
-    let toml = format!(
-        "name = \"ddp\"\nkind = \"command\"\n[command]\nargv = [\"env\", \"GLOO_SOCKET_IFNAME=eth0\", {:?}, {:?}]\n[cluster]\nranks_per_node = 1\n",
-        python.display().to_string(),
-        script.display().to_string()
-    );
-    std::fs::write(&recipe_file, toml).unwrap();
+    let argv = ["env", "GLOO_SOCKET_IFNAME=eth0", python.to_str().unwrap(), script.to_str().unwrap()];
+    command_recipe(&recipe_file, "ddp", &argv, 1);
     let out = run_ssh(&db, &lab, recipe_file.to_str().unwrap(), "node0,node1", &[]);
     let id = db.json(&["runs", "--json"])["runs"][0]["id"].as_str().unwrap().to_string();
     // Each node keeps its ranks' logs in its own run directory under the remote dir.

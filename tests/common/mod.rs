@@ -169,3 +169,18 @@ pub fn skipped(test: &str, why: &str) {
         }
     }
 }
+
+/// The PyTorch virtual environment's python (`FD_VENV`, exported by `make test`), if set.
+pub fn venv_python() -> Option<PathBuf> {
+    std::env::var_os("FD_VENV").map(|v| PathBuf::from(v).join("bin/python"))
+}
+
+/// Writes a `kind = "command"` recipe running `argv` on `ranks_per_node` ranks per node.
+pub fn command_recipe(path: &Path, name: &str, argv: &[&str], ranks_per_node: u32) {
+    let argv: Vec<String> = argv.iter().map(|a| format!("{a:?}")).collect();
+    let text = format!(
+        "name = {name:?}\nkind = \"command\"\n[command]\nargv = [{}]\n[cluster]\nranks_per_node = {ranks_per_node}\n",
+        argv.join(", ")
+    );
+    std::fs::write(path, text).expect("writing the recipe");
+}
