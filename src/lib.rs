@@ -11,9 +11,10 @@
 //! - `analysis` (hang and straggler verdicts) and `fold` (frames into state and events, the one
 //!   fold the server and the cockpit share): pure.
 //! - `protocol` (the wire: frames, messages, the agent spec) and `store` (the sled history).
-//! - Leaves: `record` (the records wire and store share), `recipe`, `ids`, `paths`, `sync`,
-//!   `mfu`, `detach`.
+//! - Leaves: `adapters` (framework log lines into metric records, pure), `record` (the records
+//!   wire and store share), `recipe`, `ids`, `paths`, `sync`, `mfu`, `detach`.
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
+pub mod adapters;
 pub mod agent;
 pub mod analysis;
 pub mod cli;
