@@ -66,12 +66,15 @@ lint: deps $(TORCH_ENV)
 
 # Benchmarks against their references; results land in docs/benchmarks.md. Never part of
 # `make test`. BENCH_REPS / BENCH_HISTORY_REPS change the repetitions per side.
-.PHONY: bench bench-train bench-allreduce bench-overhead bench-history bench-fanout bench-tensorboard
+.PHONY: bench bench-train bench-allreduce bench-overhead bench-history bench-fanout bench-tensorboard bench-parselog
 bench: build bench-tensorboard
 	scripts/bench.sh all
 
 bench-train: build
 	scripts/bench.sh train
+
+bench-parselog: build
+	scripts/bench.sh parselog
 
 bench-allreduce: build
 	scripts/bench.sh allreduce

@@ -1,7 +1,7 @@
 """`make bench*`: runs benchmarks side by side with their references, prints each table, and
 rewrites each one's section of docs/benchmarks.md (between `<!-- bench:NAME:begin/end -->`).
 
-usage: bench.py [train|allreduce|overhead|history|fanout|all]...   (scripts/bench.sh sets the tools)
+usage: bench.py [train|allreduce|overhead|history|fanout|parselog|all]...   (scripts/bench.sh sets the tools)
 Time: BENCH_BUDGET_S (default 1080 s for all four) is shared out by weight; each benchmark
 runs the repetitions it wants (BENCH_REPS, BENCH_HISTORY_REPS) while they fit in its share,
 and never fewer than its minimum. The doc's reps column says how many ran.
@@ -15,6 +15,7 @@ import allreduce
 import fanout
 import history
 import overhead
+import parselog
 import train
 from common import Tools, loadavg, stamp, write_section
 
@@ -25,6 +26,7 @@ BENCHES = {
     "overhead": ("Telemetry overhead", overhead, (), 0.20),
     "history": ("History: write and load", history, ("tensorboard",), 0.48),
     "fanout": ("SSH fan-out", fanout, (), 0.05),
+    "parselog": ("Log adapters: parse-log and the live path", parselog, (), 0.06),
 }
 DEFAULT_BUDGET_S = 1080
 

@@ -56,7 +56,7 @@ pub fn write(dir: &Path, ranks: u32, steps: u64) -> anyhow::Result<()> {
     for frame in 0..frames {
         let (step, rank) = (frame / u64::from(ranks) + 1, (frame % u64::from(ranks)) as u32);
         for (m, name) in METRICS.iter().enumerate() {
-            batch.points.push((run.id.clone(), name, Point { step, rank, value: value(m, rank, step) }));
+            batch.points.push((run.id.clone(), (*name).into(), Point { step, rank, value: value(m, rank, step) }));
         }
         touched[rank as usize] = true;
         in_batch += 1;

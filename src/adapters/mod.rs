@@ -7,6 +7,11 @@
 //! punctuation become lowercase `snake_case`, identifiers are kept verbatim.
 use serde::{Deserialize, Serialize};
 
+pub mod fatal;
+pub mod json;
+mod series;
+pub use series::series;
+
 /// A line longer than this is counted and skipped, never parsed or kept.
 pub const MAX_LINE_BYTES: usize = 64 * 1024;
 
@@ -27,15 +32,15 @@ pub enum RecordKind {
 }
 
 /// String or integer context of a record (tqdm's desc/n/total, an event's name and rank).
+/// Tagged on the wire (bincode cannot read untagged enums); `json.rs` writes the plain value.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
 pub enum Label {
     Int(i64),
     Text(String),
 }
 
 /// What one line (or one multi-line block) said.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Record {
     /// 1-based number of the record's first line.
     pub line: u64,
@@ -107,16 +112,49 @@ pub struct UnknownFormat {
     pub valid: String,
 }
 
+impl Choice {
+    /// As a recipe writes it: `auto`, `none` or a format's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Choice::Auto => "auto",
+            Choice::None => "none",
+            Choice::One(f) => f.name(),
+        }
+    }
+}
+
+/// Every framework's output is read unless a recipe says otherwise.
+impl Default for Choice {
+    fn default() -> Choice {
+        Choice::Auto
+    }
+}
+
+/// By name, as recipes and stored recipes write it.
+impl Serialize for Choice {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for Choice {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Choice, D::Error> {
+        let name = String::deserialize(d)?;
+        name.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 impl std::str::FromStr for Choice {
     type Err = UnknownFormat;
     fn from_str(s: &str) -> Result<Choice, UnknownFormat> {
         match s {
             "auto" => Ok(Choice::Auto),
             "none" => Ok(Choice::None),
-            _ => Format::ALL.into_iter().find(|f| f.name() == s).map(Choice::One).ok_or_else(|| UnknownFormat {
-                given: s.to_string(),
-                valid: Format::ALL.map(Format::name).join(", "),
-            }),
+            _ => Format::ALL
+                .into_iter()
+                .find(|f| f.name() == s)
+                .map(Choice::One)
+                .ok_or_else(|| UnknownFormat { given: s.to_string(), valid: Format::ALL.map(Format::name).join(", ") }),
         }
     }
 }

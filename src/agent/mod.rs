@@ -8,6 +8,7 @@ mod link;
 pub mod nvml;
 pub mod nvml_decode;
 mod outbox;
+mod output;
 mod owner;
 mod ranks;
 pub mod remote;

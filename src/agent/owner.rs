@@ -25,10 +25,12 @@ pub(crate) enum Input {
         pid: u32,
     },
     Event(AgentEvent),
+    /// Sent once the rank's output is drained, so `last_error` is its last word.
     Exited {
         rank: Rank,
         pid: u32,
         status: ExitStatus,
+        last_error: Option<String>,
     },
     Stop,
     Kill,
@@ -208,7 +210,7 @@ impl Owner {
             Input::TelemetryClosed { rank } => {
                 self.telemetry_open.remove(&rank);
             }
-            Input::Exited { rank, pid, status } => {
+            Input::Exited { rank, pid, status, last_error } => {
                 self.alive.remove(&rank);
                 // The first failure decides the outcome, even over a graceful stop (a rank that
                 // fails while saving has no checkpoint to show for it).
@@ -218,14 +220,15 @@ impl Owner {
                     Phase::Ending(..) | Phase::Ended => None,
                 };
                 if let (false, Some(during)) = (status.success(), during) {
+                    let said = last_error.as_ref().map(|e| format!(": {e}")).unwrap_or_default();
                     let reason = format!(
-                        "rank {rank} ({}, pid {pid}) ended with {}{during}",
+                        "rank {rank} ({}, pid {pid}) ended with {}{during}{said}",
                         self.config.node,
                         status.describe()
                     );
                     self.terminate(RunOutcome::Failed, reason, now, &mut out);
                 }
-                out.push(Effect::Send(AgentEvent::RankExited { rank, pid, status }));
+                out.push(Effect::Send(AgentEvent::RankExited { rank, pid, status, last_error }));
             }
             Input::Stop => match self.phase {
                 Phase::Running if self.config.graceful_stop => {

@@ -80,7 +80,7 @@ fn register(r: u32) -> Input {
 }
 
 fn exited(r: u32, status: ExitStatus) -> Input {
-    Input::Exited { rank: Rank(r), pid: pid(r), status }
+    Input::Exited { rank: Rank(r), pid: pid(r), status, last_error: None }
 }
 
 const OK: ExitStatus = ExitStatus::Code(0);
@@ -120,7 +120,10 @@ fn the_run_succeeds_once_every_rank_has_exited_and_its_telemetry_drained() {
     let log = AgentEvent::Log { rank: Rank(0), stream: Stream::Stdout, line: "step 1".into() };
     assert_eq!(a.step(Input::Event(log.clone())), vec![Effect::Send(log)], "events go upstream as they are");
     let e = a.step(exited(0, OK));
-    assert_eq!(e, vec![Effect::Send(AgentEvent::RankExited { rank: Rank(0), pid: pid(0), status: OK })]);
+    assert_eq!(
+        e,
+        vec![Effect::Send(AgentEvent::RankExited { rank: Rank(0), pid: pid(0), status: OK, last_error: None })]
+    );
     assert!(run_ended(&a.gone(1, OK)).is_none(), "rank 0's telemetry is still open");
     let e = a.step(Input::TelemetryClosed { rank: Rank(0) });
     assert_eq!(run_ended(&e), Some((RunOutcome::Succeeded, "all 2 ranks finished".into())));
@@ -153,6 +156,26 @@ async fn a_crash_fails_the_run_and_terminates_then_kills_the_rest() {
     let (outcome, reason) = run_ended(&a.gone(2, SIGKILLED)).expect("the run ended");
     assert_eq!(outcome, RunOutcome::Failed);
     assert_eq!(reason, "rank 1 (n1, pid 101) ended with exit code 3", "the first failure is the reason");
+}
+
+#[test]
+fn a_failed_ranks_last_error_line_is_quoted_in_the_reason_and_its_exit() {
+    let mut a = Agent::running(1, true);
+    let said = "memory allocation of 120000000000 bytes failed".to_string();
+    let e = a.step(Input::Exited {
+        rank: Rank(0),
+        pid: pid(0),
+        status: ExitStatus::Signal(6),
+        last_error: Some(said.clone()),
+    });
+    let exited =
+        AgentEvent::RankExited { rank: Rank(0), pid: pid(0), status: ExitStatus::Signal(6), last_error: Some(said) };
+    assert!(e.contains(&Effect::Send(exited)), "{e:?}");
+    let (_, reason) = run_ended(&a.step(Input::TelemetryClosed { rank: Rank(0) })).expect("the run ended");
+    assert_eq!(
+        reason,
+        "rank 0 (n1, pid 100) ended with signal 6 (SIGABRT): memory allocation of 120000000000 bytes failed"
+    );
 }
 
 #[test]

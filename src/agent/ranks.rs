@@ -1,13 +1,15 @@
-//! Starting one rank: the torchrun environment, its own process group, logs captured line by line.
+//! Starting one rank: the torchrun environment, its own process group, its output (`output.rs`) and its exit.
+use super::output::Output;
 use super::{AgentSpec, Input};
+use crate::adapters::Choice;
 use crate::ids::Rank;
 use crate::paths::RunDirPaths;
-use crate::protocol::{AgentEvent, ExitStatus, Stream};
+use crate::protocol::{ExitStatus, Stream};
 use crate::recipe::Kind;
 use anyhow::Context;
 use std::os::unix::process::ExitStatusExt;
 use std::process::Stdio;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use std::time::Duration;
 use tokio::sync::mpsc;
 
 /// Starts `rank` and the tasks that forward its output and its exit; returns its pid.
@@ -73,19 +75,14 @@ pub async fn spawn(
     let mut child = cmd.spawn().with_context(|| format!("starting rank {rank} ({})", spec.exe.display()))?;
     let pid = child.id().unwrap_or(0);
     let log_path = paths.rank_log(rank.0);
-    let log = tokio::fs::OpenOptions::new()
+    let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(&log_path)
-        .await
         .with_context(|| format!("opening {}", log_path.display()))?;
-    let log = std::sync::Arc::new(tokio::sync::Mutex::new(log));
-    if let Some(out) = child.stdout.take() {
-        tokio::spawn(forward_lines(out, rank, Stream::Stdout, log.clone(), tx.clone()));
-    }
-    if let Some(err) = child.stderr.take() {
-        tokio::spawn(forward_lines(err, rank, Stream::Stderr, log, tx.clone()));
-    }
+    let output = Output::new(rank, log, log_choice(spec), tx.clone());
+    let stdout = child.stdout.take().map(|out| tokio::spawn(output.clone().forward(out, Stream::Stdout)));
+    let stderr = child.stderr.take().map(|err| tokio::spawn(output.clone().forward(err, Stream::Stderr)));
     tokio::spawn(async move {
         let status = match child.wait().await {
             Ok(s) => match (s.code(), s.signal()) {
@@ -98,38 +95,29 @@ pub async fn spawn(
                 ExitStatus::Code(-1)
             }
         };
-        let _ = tx.send(Input::Exited { rank, pid, status }).await;
+        // What the rank printed before it exited may still be in the pipes: read it first, so
+        // its records come before the exit and its last error line is known. A child of the
+        // rank that keeps the pipes open is not waited for longer than DRAIN.
+        let drained = async {
+            for task in stdout.into_iter().chain(stderr) {
+                let _ = task.await;
+            }
+        };
+        let _ = tokio::time::timeout(DRAIN, drained).await;
+        let last_error = output.last_error();
+        let _ = tx.send(Input::Exited { rank, pid, status, last_error }).await;
     });
     Ok(pid)
 }
 
-/// Appends each line to the rank's log file and forwards it upstream.
-async fn forward_lines<R: tokio::io::AsyncRead + Unpin>(
-    pipe: R,
-    rank: Rank,
-    stream: Stream,
-    log: std::sync::Arc<tokio::sync::Mutex<tokio::fs::File>>,
-    tx: mpsc::Sender<Input>,
-) {
-    let mut lines = BufReader::new(pipe).lines();
-    loop {
-        match lines.next_line().await {
-            Ok(Some(line)) => {
-                {
-                    let mut f = log.lock().await;
-                    let _ = f.write_all(line.as_bytes()).await;
-                    let _ = f.write_all(b"\n").await;
-                }
-                if tx.send(Input::Event(AgentEvent::Log { rank, stream, line })).await.is_err() {
-                    return;
-                }
-            }
-            Ok(None) => return,
-            Err(e) => {
-                // Not UTF-8 or a read error: say so once and stop following this pipe.
-                tracing::warn!("rank {rank} {stream:?}: {e}");
-                return;
-            }
-        }
+/// How long a rank's output is still read after it exited.
+const DRAIN: Duration = Duration::from_secs(2);
+
+/// The adapters a rank's output goes through: a command's `[command] log_format`; none for the
+/// worker, which reports its steps itself.
+fn log_choice(spec: &AgentSpec) -> Choice {
+    match (&spec.recipe.kind, &spec.recipe.command) {
+        (Kind::Command, Some(c)) => c.log_format,
+        _ => Choice::None,
     }
 }

@@ -75,7 +75,10 @@ pub fn heartbeat_lost(ranks: &BTreeMap<u32, RankState>, since_ms: u64, now_ms: u
 pub fn dead(ranks: &BTreeMap<u32, RankState>, rank: u32, waiting: Vec<u32>, since_ms: u64, now_ms: u64) -> Verdict {
     let empty = RankState::default();
     let r = ranks.get(&rank).unwrap_or(&empty);
-    let how = r.exit.as_ref().map_or_else(|| "exited".to_string(), |e| e.describe());
+    let mut how = r.exit.as_ref().map_or_else(|| "exited".to_string(), |e| e.describe());
+    if let Some(said) = &r.last_error {
+        how = format!("{how}: {said}");
+    }
     let phase = r.phase.map_or("-", |p| p.name());
     let record = r.record(r.last_started).map(collective_ref);
     let last = record.as_ref().map(|c| format!(", last in {}", describe(c))).unwrap_or_default();

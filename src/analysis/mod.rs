@@ -72,6 +72,8 @@ pub struct RankState {
     pub exit_ms: u64,
     pub finished: bool,
     pub last_metrics: Option<StepMetrics>,
+    /// Its own last error line, once it exited.
+    pub last_error: Option<String>,
     pub cpu_pct: Option<f64>,
     pub rss_bytes: Option<u64>,
 }
@@ -185,9 +187,10 @@ impl Analyzer {
                 let r = self.ranks.entry(rank.0).or_default();
                 (r.cpu_pct, r.rss_bytes) = (Some(*cpu_pct), Some(*rss_bytes));
             }
-            AgentEvent::RankExited { rank, status, .. } => {
+            AgentEvent::RankExited { rank, status, last_error, .. } => {
                 let r = self.ranks.entry(rank.0).or_default();
                 (r.exit, r.exit_ms) = (Some(status.clone()), now_ms);
+                r.last_error.clone_from(last_error);
                 let others: Vec<u32> = self.ranks.iter().filter(|(_, r)| r.live()).map(|(k, _)| *k).collect();
                 if !status.success()
                     && !self.ending
@@ -198,6 +201,7 @@ impl Analyzer {
                     self.pending_dead = Some((rank.0, now_ms, others));
                 }
             }
+            AgentEvent::LogRecord { rank, record } => self.log_record(now_ms, rank.0, record),
             AgentEvent::RunEnded { .. } => {}
             AgentEvent::GpuSample(_)
             | AgentEvent::GpuXid { .. }
@@ -210,6 +214,25 @@ impl Analyzer {
             | AgentEvent::StackDump { .. } => {}
         }
         out
+    }
+
+    /// A training step read from a rank's log is progress like a reported step: it arms hang
+    /// detection for programs that report nothing else, and its step time feeds the median.
+    fn log_record(&mut self, now_ms: u64, rank: u32, record: &crate::adapters::Record) {
+        if record.kind != crate::adapters::RecordKind::Step {
+            return;
+        }
+        let r = self.ranks.entry(rank).or_default();
+        r.step = record.step.map_or(r.step + 1, |s| r.step.max(s));
+        self.armed = true;
+        if let Some((_, ms)) = crate::adapters::standard(record).into_iter().find(|(n, _)| *n == "step_time_ms") {
+            self.stepped = true;
+            self.step_times.push_back(ms);
+            if self.step_times.len() > STEP_TIMES {
+                self.step_times.pop_front();
+            }
+        }
+        self.progress(now_ms);
     }
 
     fn progress(&mut self, now_ms: u64) {

@@ -135,7 +135,7 @@ fn a_clean_run_gets_no_verdict() {
     s.wait_until(s.now + 1000);
     for r in 0..4 {
         s.phase(r, 60, Phase::Done);
-        s.ev(AgentEvent::RankExited { rank: Rank(r), pid: 100 + r, status: ExitStatus::Code(0) });
+        s.ev(AgentEvent::RankExited { rank: Rank(r), pid: 100 + r, status: ExitStatus::Code(0), last_error: None });
     }
     s.wait_until(s.now + 60_000);
     let end = s.a.finish(s.now);
@@ -207,7 +207,7 @@ fn a_crashed_rank_is_dead_once_and_the_exits_it_causes_are_not() {
     let mut s = sim(2);
     s.steady(5);
     s.phase(1, 6, Phase::Data);
-    s.ev(AgentEvent::RankExited { rank: Rank(1), pid: 101, status: ExitStatus::Signal(9) });
+    s.ev(AgentEvent::RankExited { rank: Rank(1), pid: 101, status: ExitStatus::Signal(9), last_error: None });
     assert!(s.given.is_empty(), "confirmed after a moment, not at once");
     s.wait_until(s.now + 1000);
     assert_eq!(s.kinds(), [VerdictKind::Dead]);
@@ -216,7 +216,7 @@ fn a_crashed_rank_is_dead_once_and_the_exits_it_causes_are_not() {
     assert!(v.summary.contains("signal 9 (SIGKILL)") && v.summary.contains("all_reduce #5"), "{}", v.summary);
     assert_eq!(v.waiting, [0]);
     // The agent then terminates the peer.
-    s.ev(AgentEvent::RankExited { rank: Rank(0), pid: 100, status: ExitStatus::Signal(15) });
+    s.ev(AgentEvent::RankExited { rank: Rank(0), pid: 100, status: ExitStatus::Signal(15), last_error: None });
     s.wait_until(s.now + 2000);
     assert_eq!(s.a.finish(s.now), []);
     assert_eq!(s.given.len(), 1);
@@ -226,7 +226,7 @@ fn a_crashed_rank_is_dead_once_and_the_exits_it_causes_are_not() {
 fn a_death_right_before_the_run_ends_is_settled_by_finish() {
     let mut s = sim(2);
     s.steady(3);
-    s.ev(AgentEvent::RankExited { rank: Rank(1), pid: 101, status: ExitStatus::Signal(9) });
+    s.ev(AgentEvent::RankExited { rank: Rank(1), pid: 101, status: ExitStatus::Signal(9), last_error: None });
     let v = s.a.finish(s.now);
     assert_eq!(v.iter().map(|v| v.kind).collect::<Vec<_>>(), [VerdictKind::Dead]);
 }
@@ -250,7 +250,7 @@ fn a_different_size_at_one_seq_is_a_mismatch_that_names_the_minority() {
     assert!(v.summary.contains("999 elements (3.9 KiB)"), "{}", v.summary);
     // The ring errors that follow end every rank; none of that is a death.
     for r in 0..3 {
-        s.ev(AgentEvent::RankExited { rank: Rank(r), pid: 100 + r, status: ExitStatus::Code(1) });
+        s.ev(AgentEvent::RankExited { rank: Rank(r), pid: 100 + r, status: ExitStatus::Code(1), last_error: None });
     }
     s.wait_until(s.now + 3000);
     assert_eq!(s.a.finish(s.now), []);
@@ -264,9 +264,9 @@ fn a_mismatch_wins_over_an_exit_that_arrives_before_the_other_records() {
     s.seq += 1;
     s.step += 1;
     s.started(1, 7);
-    s.ev(AgentEvent::RankExited { rank: Rank(1), pid: 101, status: ExitStatus::Code(1) });
+    s.ev(AgentEvent::RankExited { rank: Rank(1), pid: 101, status: ExitStatus::Code(1), last_error: None });
     s.started(0, 8);
-    s.ev(AgentEvent::RankExited { rank: Rank(0), pid: 100, status: ExitStatus::Code(1) });
+    s.ev(AgentEvent::RankExited { rank: Rank(0), pid: 100, status: ExitStatus::Code(1), last_error: None });
     let v = s.a.finish(s.now);
     assert_eq!(v.iter().map(|v| v.kind).collect::<Vec<_>>(), [VerdictKind::Mismatch]);
 }
@@ -336,7 +336,7 @@ fn a_stop_or_kill_makes_exits_expected() {
     let mut s = sim(2);
     s.steady(3);
     s.a.ending();
-    s.ev(AgentEvent::RankExited { rank: Rank(0), pid: 100, status: ExitStatus::Signal(9) });
+    s.ev(AgentEvent::RankExited { rank: Rank(0), pid: 100, status: ExitStatus::Signal(9), last_error: None });
     s.wait_until(s.now + 60_000);
     assert!(s.given.is_empty() && s.a.finish(s.now).is_empty());
 }

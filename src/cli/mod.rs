@@ -3,7 +3,9 @@ mod ckpts;
 mod doctor;
 mod doctor_gpu;
 mod doctor_hosts;
+mod import;
 mod output;
+pub mod parse_log;
 mod query;
 mod resume;
 mod run;
@@ -72,6 +74,12 @@ pub enum Cmd {
     Resume(resume::ResumeArgs),
     /// Dump the stacks of a live run's ranks (all, or --rank R), identical ones grouped.
     Stacks(stacks::StacksArgs),
+    /// Read a framework's log file (Megatron, DeepSpeed, HF/TRL, verl, torchtitan, ...) into
+    /// records: one JSON object per line with metrics or a failure (docs/json.md).
+    ParseLog(parse_log::ParseLogArgs),
+    /// Bring a finished run's logs (a file, per-rank logs, torchrun's --log-dir) or TensorBoard
+    /// events into the history, to open and compare like any run.
+    Import(import::ImportArgs),
     /// Internal: the cockpit's rendering benchmark on synthetic telemetry (docs/benchmarks.md).
     #[command(hide = true)]
     BenchUi(crate::ui::bench::BenchArgs),
@@ -96,6 +104,7 @@ pub fn main() -> i32 {
         Some(Cmd::Agent(args)) => agent(args),
         Some(Cmd::Worker) => worker(),
         Some(Cmd::Doctor(args)) => doctor::main(&db, args),
+        Some(Cmd::ParseLog(args)) => parse_log::parse_log(args),
         Some(cmd) => client_runtime().and_then(|rt| rt.block_on(client_command(&db, cmd))),
     };
     match result {
@@ -133,8 +142,9 @@ async fn client_command(db: &DbPaths, cmd: Cmd) -> anyhow::Result<i32> {
         Cmd::Ckpts { run, json, verify } => ckpts::ckpts(db, &run, json, verify).await,
         Cmd::Resume(args) => resume::resume(db, args).await,
         Cmd::Stacks(args) => stacks::stacks(db, args).await,
+        Cmd::Import(args) => import::import(db, args).await,
         Cmd::BenchUi(args) => crate::ui::bench::run(args).await,
-        Cmd::Server { .. } | Cmd::Agent(_) | Cmd::Worker | Cmd::Doctor(_) => unreachable_command(),
+        Cmd::Server { .. } | Cmd::Agent(_) | Cmd::Worker | Cmd::Doctor(_) | Cmd::ParseLog(_) => unreachable_command(),
     }
 }
 

@@ -98,12 +98,24 @@ impl RunState {
                 info.rss_bytes = Some(*rss_bytes);
                 out.rank = Some(rank.0);
             }
-            AgentEvent::RankExited { rank, pid, status } => {
+            AgentEvent::RankExited { rank, pid, status, last_error } => {
                 let info = self.rank_mut(rank.0);
                 info.exit = Some(status.clone());
                 out.rank = Some(rank.0);
-                let text = format!("rank {rank} ({}, pid {pid}) exited: {}", info.host, status.describe());
+                let said = last_error.as_ref().filter(|_| !status.success()).map(|e| format!(": {e}"));
+                let text = format!(
+                    "rank {rank} ({}, pid {pid}) exited: {}{}",
+                    info.host,
+                    status.describe(),
+                    said.unwrap_or_default()
+                );
                 event(EventKind::RankExited, Some(rank.0), text);
+            }
+            AgentEvent::LogRecord { rank, record } => {
+                out.rank = Some(rank.0);
+                if let Some((kind, about, text)) = self.log_record(rank.0, record, t_ms) {
+                    event(kind, Some(about), text);
+                }
             }
             AgentEvent::Notice { text } => event(EventKind::Notice, None, text.clone()),
             AgentEvent::BadFrame { rank, reason } => {
@@ -121,6 +133,47 @@ impl RunState {
             | AgentEvent::Log { .. } => {}
         }
         out
+    }
+
+    /// What a rank's log said: a training step moves the rank on like a step it reported (to
+    /// the step it printed, else one past its last; its standard series give its loss and step
+    /// time); a failure becomes an event about the rank
+    /// it names (torchrun prints its children's failures), a NaN loss the same event as ever.
+    fn log_record(
+        &mut self,
+        rank: u32,
+        record: &crate::adapters::Record,
+        t_ms: u64,
+    ) -> Option<(EventKind, u32, String)> {
+        use crate::adapters::RecordKind;
+        let info = entry(&mut self.ranks, rank);
+        info.last_seen_ms = Some(t_ms);
+        if record.kind == RecordKind::Event {
+            let (name, about, text) = failure(record, rank);
+            if name == "nan_loss" {
+                return self.nan_reported.insert(about).then_some((EventKind::NanLoss, about, text));
+            }
+            return Some((EventKind::Failure, about, text));
+        }
+        if record.kind != RecordKind::Step {
+            return None;
+        }
+        // A line that prints no step (HF's dicts) is the rank's next logged step.
+        info.step = match record.step {
+            Some(step) => info.step.max(step),
+            None => info.step + 1,
+        };
+        let standard = crate::adapters::standard(record);
+        let value = |name: &str| standard.iter().find(|(n, _)| *n == name).map(|(_, v)| *v);
+        if let Some(ms) = value("step_time_ms") {
+            info.step_time_ms = Some(ms);
+        }
+        let loss = value("loss")?;
+        info.last_loss = Some(loss);
+        let step = record.step.unwrap_or(info.step);
+        (!loss.is_finite() && self.nan_reported.insert(rank)).then(|| {
+            (EventKind::NanLoss, rank, format!("rank {rank} reported loss {loss} at step {step} (in its log)"))
+        })
     }
 
     /// After a batch of frames: the run's step is the lowest step every rank has reached, its
@@ -190,6 +243,38 @@ pub fn gpu_event_text(e: &AgentEvent) -> String {
         }
         _ => String::new(),
     }
+}
+
+/// A failure a rank's log showed: its name, the rank it is about (the `rank` it names, else the
+/// rank that printed it) and the event's words, with everything the adapter took from it.
+fn failure(record: &crate::adapters::Record, printer: u32) -> (String, u32, String) {
+    use crate::adapters::Label;
+    let label = |key: &str| record.labels.iter().find(|(k, _)| k == key).map(|(_, v)| v);
+    let name = match label("event") {
+        Some(Label::Text(t)) => t.clone(),
+        _ => "failure".to_string(),
+    };
+    let about = match label("rank") {
+        Some(Label::Int(r)) => u32::try_from(*r).unwrap_or(printer),
+        _ => printer,
+    };
+    let mut parts: Vec<String> = record
+        .labels
+        .iter()
+        .filter(|(k, _)| k != "event" && k != "rank")
+        .map(|(k, v)| match v {
+            Label::Int(i) => format!("{k} {i}"),
+            Label::Text(t) => format!("{k} {t}"),
+        })
+        .collect();
+    parts.extend(record.metrics.iter().map(|(k, v)| format!("{k} {v}")));
+    let details = if parts.is_empty() { String::new() } else { format!(": {}", parts.join(", ")) };
+    let from = if about == printer { String::new() } else { format!(" (printed by rank {printer})") };
+    let line = match record.end_line {
+        Some(end) => format!("lines {}-{end}", record.line),
+        None => format!("line {}", record.line),
+    };
+    (name.clone(), about, format!("rank {about}: {}{details}{from}, log {line}", name.replace('_', " ")))
 }
 
 #[cfg(test)]

@@ -96,7 +96,10 @@ fn checkpoint_events_say_what_the_save_cost_and_why_one_failed() {
 fn an_exit_names_the_host_and_how_it_ended() {
     let mut s = state(1);
     s.apply(&frame(1, AgentEvent::RankStarted { rank: Rank(0), local_rank: 0, pid: 7, host: "n3".into() }));
-    let f = s.apply(&frame(2, AgentEvent::RankExited { rank: Rank(0), pid: 7, status: ExitStatus::Signal(9) }));
+    let f = s.apply(&frame(
+        2,
+        AgentEvent::RankExited { rank: Rank(0), pid: 7, status: ExitStatus::Signal(9), last_error: None },
+    ));
     assert_eq!(texts(&f), ["rank 0 (n3, pid 7) exited: signal 9 (SIGKILL)"]);
     assert_eq!(s.ranks_alive(), 0);
 }

@@ -4,7 +4,7 @@ pub use crate::record::{signal_name, CollectiveOp, CollectiveRecord, CollectiveS
 use serde::{Deserialize, Serialize};
 
 /// Bumped on any change to these types; peers with another version are refused.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// The first frame on every connection, in both directions.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -258,6 +258,15 @@ pub enum AgentEvent {
         rank: Rank,
         pid: u32,
         status: ExitStatus,
+        /// The rank's own last error line (a Python exception, an allocation failure, an OOM),
+        /// so the reason a rank died is in the history, not only in its log.
+        last_error: Option<String>,
+    },
+    /// What a log adapter read from a rank's output (`crate::adapters`): a framework's metrics
+    /// or a failure it printed. `rank` is the rank whose output it was.
+    LogRecord {
+        rank: Rank,
+        record: crate::adapters::Record,
     },
     /// Something the node wants said once (e.g. "no NVML: CPU-only sampling").
     Notice {
@@ -382,6 +391,13 @@ pub enum Request {
         run: String,
         rank: Option<u32>,
     },
+    /// Read a finished run's logs or TensorBoard events (at `path`, absolute: the server reads
+    /// it) into the history (`Reply::Imported`).
+    Import {
+        path: String,
+        format: crate::adapters::Choice,
+        name: Option<String>,
+    },
 }
 
 /// Server → client.
@@ -417,6 +433,12 @@ pub enum Reply {
     Lagged {
         run: RunId,
         skipped: u64,
+    },
+    Imported {
+        run: RunId,
+        ranks: u32,
+        records: u64,
+        status: crate::record::RunStatus,
     },
     Ok,
     Error {

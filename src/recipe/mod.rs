@@ -192,6 +192,10 @@ pub struct Fault {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Command {
     pub argv: Vec<String>,
+    /// Which log adapters read the ranks' output (`docs/adapters.md`); stored recipes from
+    /// before it read as `auto`.
+    #[serde(default)]
+    pub log_format: crate::adapters::Choice,
 }
 
 /// A validated recipe. Every field has been checked; code downstream trusts it.

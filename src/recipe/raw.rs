@@ -122,6 +122,7 @@ pub(super) struct RawFault {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawCommand {
     pub argv: Option<Vec<String>>,
+    pub log_format: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -225,7 +226,7 @@ pub(super) const TABLES: &[(&str, &[(&str, Ty)])] = &[
     ),
     ("telemetry", &[("step_interval", Ty::Int), ("sample_interval_ms", Ty::Int), ("enabled", Ty::Bool)]),
     ("fault", &[("kind", Ty::Str), ("rank", Ty::Int), ("step", Ty::Int), ("slow_pct", Ty::Float)]),
-    ("command", &[("argv", Ty::StrList)]),
+    ("command", &[("argv", Ty::StrList), ("log_format", Ty::Str)]),
     (
         "analysis",
         &[

@@ -157,7 +157,19 @@ impl Check<'_> {
                 ))),
             };
         }
-        let Some(argv) = raw.and_then(|c| c.argv) else {
+        let raw = raw.unwrap_or_default();
+        let log_format = match raw.log_format.as_deref().map(str::parse::<crate::adapters::Choice>) {
+            None => crate::adapters::Choice::Auto,
+            Some(Ok(choice)) => choice,
+            Some(Err(e)) => {
+                let shown = self.ctx.show("command.log_format", toml::Value::from(e.given.clone()));
+                return Err(self.invalid(
+                    "command.log_format",
+                    format!("{shown} is not a log format; valid: auto, none, {}", e.valid),
+                ));
+            }
+        };
+        let Some(argv) = raw.argv else {
             let message = format!(r#"command.argv is missing; kind = "command" runs it on every rank: add {example}"#);
             return Err(self.ctx.err(ErrorKind::Missing, "command.argv", message));
         };
@@ -171,7 +183,7 @@ impl Check<'_> {
                 format!("{shown} contains a NUL character, which no program argument can hold"),
             ));
         }
-        Ok(Some(Command { argv }))
+        Ok(Some(Command { argv, log_format }))
     }
 
     pub(super) fn cluster(&self, raw: RawCluster) -> R<Cluster> {

@@ -119,7 +119,10 @@ fn world_size_defaults_to_hosts_times_ranks_per_node() {
 fn command_recipes_need_no_model() {
     let text = "name = \"c\"\nkind = \"command\"\n[command]\nargv = [\"python\", \"train.py\"]\n";
     let r = parse_str(text, "c.toml", &[]).expect("command recipe loads");
-    assert_eq!(r.command, Some(Command { argv: vec!["python".into(), "train.py".into()] }));
+    assert_eq!(
+        r.command,
+        Some(Command { argv: vec!["python".into(), "train.py".into()], log_format: crate::adapters::Choice::Auto })
+    );
 }
 
 #[test]

@@ -194,6 +194,8 @@ pub enum EventKind {
     Verdict,
     /// An incident report was written; the text names its file.
     Incident,
+    /// A rank's output showed a failure (torchrun's ChildFailedError, an NCCL timeout, an OOM).
+    Failure,
 }
 
 /// One row of the `events` tree.

@@ -2,6 +2,7 @@
 //! agent links, and serves clients on `server.sock`. Started on demand by clients; exits by
 //! itself when no run is live and no client is connected.
 mod clients;
+mod import;
 mod incident;
 mod ingest;
 pub(crate) mod launch;

@@ -117,7 +117,7 @@ impl Tracker {
         match &f.event {
             AgentEvent::Rank { rank, msg: RankMsg::Step(m) } => {
                 for (name, value) in m.series() {
-                    batch.points.push((run.clone(), name, Point { step: m.step.0, rank: rank.0, value }));
+                    batch.points.push((run.clone(), name.into(), Point { step: m.step.0, rank: rank.0, value }));
                 }
             }
             AgentEvent::Rank { rank, msg: RankMsg::Collective(rec) } => {
@@ -126,6 +126,13 @@ impl Tracker {
             AgentEvent::Rank { rank, msg: RankMsg::CheckpointSaved(c) } => self.checkpoint_saved(rank.0, c, batch),
             AgentEvent::GpuSample(sample) => self.gpu_sample(sample, batch),
             AgentEvent::StackDump { request, stacks } => self.stack_dumps.push((*request, stacks.clone())),
+            AgentEvent::LogRecord { rank, record } => {
+                // At the step the line printed, else the rank's latest (a progress bar, a memory report).
+                let step = record.step.unwrap_or_else(|| self.state.ranks.get(rank.0 as usize).map_or(0, |r| r.step));
+                for (name, value) in crate::adapters::series(record) {
+                    batch.points.push((run.clone(), name, Point { step, rank: rank.0, value }));
+                }
+            }
             AgentEvent::Log { rank, line, .. } => {
                 let n = self.log_lines.entry(rank.0).or_insert(0);
                 *n += 1;
@@ -161,7 +168,7 @@ impl Tracker {
             ("ckpt_blocking_ms", c.blocking_ms),
             ("ckpt_write_ms", c.write_ms),
         ] {
-            batch.points.push((run.clone(), name, Point { step: c.step.0, rank, value }));
+            batch.points.push((run.clone(), name.into(), Point { step: c.step.0, rank, value }));
         }
     }
 
@@ -200,7 +207,7 @@ impl Tracker {
             let Some(rank) = p.rank else { continue };
             let step = self.state.ranks.get(rank.0 as usize).map_or(0, |r| r.step);
             let mut put = |name: &'static str, value: f64| {
-                batch.points.push((run.clone(), name, Point { step, rank: rank.0, value }));
+                batch.points.push((run.clone(), name.into(), Point { step, rank: rank.0, value }));
             };
             put("gpu_util_pct", s.util_pct);
             put("gpu_mem_used_bytes", s.mem_used_bytes as f64);
@@ -271,7 +278,7 @@ mod gpu_tests {
             .points
             .iter()
             .filter(|(_, name, _)| name.starts_with("gpu_"))
-            .map(|(_, name, p)| (*name, p.step, p.rank, p.value))
+            .map(|(_, name, p)| (name.as_ref(), p.step, p.rank, p.value))
             .collect();
         // Only rank 1's process is ours; its points sit at rank 1's step.
         assert!(gpu.contains(&("gpu_util_pct", 7, 1, 97.0)), "{gpu:?}");

@@ -35,7 +35,8 @@ pub enum StoreError {
 #[derive(Default)]
 pub struct Batch {
     pub runs: Vec<RunRecord>,
-    pub points: Vec<(RunId, &'static str, Point)>,
+    /// Metric names: the standard ones are static, a framework's own come from its log.
+    pub points: Vec<(RunId, std::borrow::Cow<'static, str>, Point)>,
     pub ranks: Vec<(RunId, RankInfo)>,
     pub events: Vec<(RunId, EventRecord)>,
     pub collectives: Vec<(RunId, u32, CollectiveRecord)>,

@@ -225,6 +225,12 @@ impl RunModel {
                 self.gpus.insert(g.index, (**g).clone());
             }
             AgentEvent::Log { rank, line, .. } => self.push_log(rank.0, line.clone()),
+            AgentEvent::LogRecord { rank, record } => {
+                let step = record.step.unwrap_or_else(|| self.state.ranks.get(rank.0 as usize).map_or(0, |r| r.step));
+                for (name, v) in crate::adapters::series(record) {
+                    self.add_point(&name, rank.0, Agg::point(step, v));
+                }
+            }
             _ => {}
         }
     }

@@ -84,6 +84,11 @@ async fn answer_with(shared: &Shared, req: Request, progress: Progress) -> anyho
         Request::Resume { run, step, recipe_json, name, ssh } => {
             super::resume::resume(shared, &run, step, recipe_json, name, ssh, progress).await?
         }
+        Request::Import { path, format, name } => {
+            let req = super::import::ImportRequest { path: path.into(), format, name };
+            let done = super::import::import(shared, req).await?;
+            Reply::Imported { run: done.run, ranks: done.ranks, records: done.records, status: done.status }
+        }
     })
 }
 

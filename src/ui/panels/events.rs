@@ -30,9 +30,11 @@ impl EventsView {
 
 fn style(kind: EventKind) -> Style {
     match kind {
-        EventKind::RankExited | EventKind::NanLoss | EventKind::BadFrame | EventKind::CheckpointFailed => {
-            Style::new().fg(Color::Red)
-        }
+        EventKind::RankExited
+        | EventKind::NanLoss
+        | EventKind::BadFrame
+        | EventKind::CheckpointFailed
+        | EventKind::Failure => Style::new().fg(Color::Red),
         EventKind::CheckpointSaved => Style::new().fg(Color::Green),
         EventKind::Verdict | EventKind::Incident => Style::new().fg(Color::Magenta),
         EventKind::RunEnded => Style::new().fg(Color::Cyan),
@@ -44,7 +46,12 @@ fn style(kind: EventKind) -> Style {
 pub fn render(model: Option<&RunModel>, view: &EventsView, focused: bool, area: Rect, buf: &mut Buffer) {
     let n = model.map(|m| m.events.len()).unwrap_or(0);
     let alerts = model
-        .map(|m| m.events.iter().filter(|e| matches!(e.kind, EventKind::RankExited | EventKind::NanLoss)).count())
+        .map(|m| {
+            m.events
+                .iter()
+                .filter(|e| matches!(e.kind, EventKind::RankExited | EventKind::NanLoss | EventKind::Failure))
+                .count()
+        })
         .unwrap_or(0);
     let block = fmt::panel_block(fmt::title("events", format!("{n} · {alerts} alerts")), focused);
     let inner = block.inner(area);
