@@ -319,3 +319,45 @@ fn an_unmodified_torch_distributed_program_rendezvous_on_the_master_port_it_is_g
     }
     db.finish();
 }
+
+/// Runs a one-rank command recipe that prints its environment (with `extra` lines added under
+/// `[command]`) and returns the rank's log and its run directory.
+fn env_of_a_command_rank(db: &Db, name: &str, extra: &str) -> (String, std::path::PathBuf) {
+    let recipe = db.path().join(format!("{name}.toml"));
+    let text = format!(
+        "name = {name:?}\nkind = \"command\"\n[command]\nargv = [\"env\"]\n{extra}\n[cluster]\nranks_per_node = 1\n"
+    );
+    std::fs::write(&recipe, text).unwrap();
+    let out = db.run(&["run", recipe.to_str().unwrap(), "--headless"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let runs = db.json(&["runs", "--json"]);
+    let id = runs["runs"].as_array().unwrap().iter().find(|r| r["name"] == name).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let dir = db.path().join("runs").join(&id);
+    (std::fs::read_to_string(dir.join("logs/rank-0.log")).unwrap(), dir)
+}
+
+#[test]
+fn a_command_rank_gets_the_flight_recorder_and_faulthandler_env_unless_the_recipe_says_otherwise() {
+    let db = Db::new();
+    let (env, dir) = env_of_a_command_rank(&db, "observed", "");
+    let fr = format!("TORCH_FR_DUMP_TEMP_FILE={}/fr/rank_", dir.display());
+    for want in [fr.as_str(), "TORCH_FR_BUFFER_SIZE=2000", "TORCH_NCCL_ASYNC_ERROR_HANDLING=3", "PYTHONFAULTHANDLER=1"]
+    {
+        assert!(env.lines().any(|l| l == want), "missing {want} in:\n{env}");
+    }
+    let old_name = format!("TORCH_NCCL_DEBUG_INFO_TEMP_FILE={}/fr/rank_", dir.display());
+    assert!(env.lines().any(|l| l == old_name), "the old name too:\n{env}");
+    assert!(env.lines().any(|l| l == format!("TENSORBOARD_LOGGING_DIR={}/tb/rank0", dir.display())), "{env}");
+    assert!(dir.join("fr").is_dir(), "the dump directory exists before the rank starts");
+    assert!(!env.contains("NCCL_RAS_ADDR="), "a CPU recipe has no NCCL RAS port:\n{env}");
+
+    let (env, _) = env_of_a_command_rank(&db, "overridden", "env = [\"PYTHONFAULTHANDLER=0\", \"MY_FLAG=a=b\"]");
+    assert!(env.lines().any(|l| l == "PYTHONFAULTHANDLER=0"), "the recipe's value wins:\n{env}");
+    assert!(env.lines().any(|l| l == "MY_FLAG=a=b"), "{env}");
+    let (env, _) = env_of_a_command_rank(&db, "plain", "observe = false");
+    assert!(!env.contains("TORCH_FR_") && !env.contains("PYTHONFAULTHANDLER"), "observe = false sets none:\n{env}");
+    db.finish();
+}

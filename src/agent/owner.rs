@@ -190,6 +190,10 @@ impl Owner {
                     host: self.config.node.clone(),
                 }));
             }
+            // After `RunEnded` the run's history is closed: the server acknowledges nothing past
+            // it, so a late frame (a sample taken just before the last exit) would keep the
+            // agent waiting for an ack that never comes.
+            Input::Event(_) if self.ended() => {}
             Input::Event(event) => {
                 match &event {
                     AgentEvent::Rank { rank, msg: RankMsg::Register { .. } } => {

@@ -179,6 +179,15 @@ fn a_failed_ranks_last_error_line_is_quoted_in_the_reason_and_its_exit() {
 }
 
 #[test]
+fn nothing_is_sent_after_the_run_ended_so_the_last_ack_empties_the_outbox() {
+    let mut a = Agent::running(1, true);
+    assert!(run_ended(&a.gone(0, OK)).is_some());
+    let late = AgentEvent::ProcSample { rank: Rank(0), cpu_pct: 1.0, rss_bytes: 1 };
+    assert_eq!(a.step(Input::Event(late)), vec![], "a sample taken before the exit arrives after the end");
+    assert_eq!(a.step(Input::AllAcked), vec![Effect::Exit(Exit::Collected)]);
+}
+
+#[test]
 fn a_rank_that_exits_0_early_does_not_end_or_fail_the_run() {
     let mut a = Agent::running(2, true);
     let e = a.gone(0, OK);

@@ -55,6 +55,18 @@ pub async fn spawn(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(false);
+    if let (Kind::Command, Some(c)) = (&spec.recipe.kind, &spec.recipe.command) {
+        if c.observe {
+            // The recorder writes its dumps into this directory; it does not make it.
+            let _ = std::fs::create_dir_all(paths.root.join("fr"));
+            for (key, value) in observe_env(paths, rank, spec.recipe.cluster.device == crate::recipe::Device::Cuda) {
+                cmd.env(key, value);
+            }
+        }
+        for (key, value) in &c.env {
+            cmd.env(key, value);
+        }
+    }
     if let Some(dir) = &spec.resume_from {
         // A resumed run: every rank restores this checkpoint before its first step.
         cmd.env("FLIGHTDECK_RESUME_FROM", dir);
@@ -108,6 +120,34 @@ pub async fn spawn(
         let _ = tx.send(Input::Exited { rank, pid, status, last_error }).await;
     });
     Ok(pid)
+}
+
+/// What makes a PyTorch program observable, for every command rank unless `[command] observe =
+/// false` (each is documented in docs/real-jobs.md; `[command] env` overrides any one): the
+/// flight recorder's buffer and dump files in the run directory (old and new names), dumps on
+/// timeout with the error handling that lets them finish, Python's faulthandler, TensorBoard
+/// directories for HF/TRL and verl, and on GPU nodes NCCL's RAS socket on a port of its own.
+pub fn observe_env(paths: &RunDirPaths, rank: Rank, gpu: bool) -> Vec<(&'static str, String)> {
+    let fr = paths.root.join("fr").join("rank_").display().to_string();
+    let tb = paths.root.join("tb").join(format!("rank{}", rank.0)).display().to_string();
+    let mut env = vec![
+        ("TORCH_FR_BUFFER_SIZE", "2000".to_string()),
+        ("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000".to_string()),
+        ("TORCH_FR_DUMP_TEMP_FILE", fr.clone()),
+        ("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", fr),
+        ("TORCH_NCCL_DUMP_ON_TIMEOUT", "1".to_string()),
+        ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3".to_string()),
+        ("PYTHONFAULTHANDLER", "1".to_string()),
+        ("TENSORBOARD_LOGGING_DIR", tb.clone()),
+        ("TENSORBOARD_DIR", tb),
+    ];
+    if gpu {
+        // NCCL's RAS listens on 127.0.0.1:28028 by default: two runs on a node would collide.
+        if let Ok(port) = super::free_port("127.0.0.1") {
+            env.push(("NCCL_RAS_ADDR", format!("127.0.0.1:{port}")));
+        }
+    }
+    env
 }
 
 /// How long a rank's output is still read after it exited.

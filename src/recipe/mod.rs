@@ -196,6 +196,16 @@ pub struct Command {
     /// before it read as `auto`.
     #[serde(default)]
     pub log_format: crate::adapters::Choice,
+    /// Set the variables that make PyTorch observable (`docs/real-jobs.md`); `false` sets none.
+    #[serde(default = "yes")]
+    pub observe: bool,
+    /// `KEY=VALUE` for every rank, over Flightdeck's own defaults.
+    #[serde(default)]
+    pub env: Vec<(String, String)>,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// A validated recipe. Every field has been checked; code downstream trusts it.

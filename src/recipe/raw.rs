@@ -123,6 +123,8 @@ pub(super) struct RawFault {
 pub(super) struct RawCommand {
     pub argv: Option<Vec<String>>,
     pub log_format: Option<String>,
+    pub observe: Option<bool>,
+    pub env: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -226,7 +228,7 @@ pub(super) const TABLES: &[(&str, &[(&str, Ty)])] = &[
     ),
     ("telemetry", &[("step_interval", Ty::Int), ("sample_interval_ms", Ty::Int), ("enabled", Ty::Bool)]),
     ("fault", &[("kind", Ty::Str), ("rank", Ty::Int), ("step", Ty::Int), ("slow_pct", Ty::Float)]),
-    ("command", &[("argv", Ty::StrList), ("log_format", Ty::Str)]),
+    ("command", &[("argv", Ty::StrList), ("log_format", Ty::Str), ("observe", Ty::Bool), ("env", Ty::StrList)]),
     (
         "analysis",
         &[

@@ -183,7 +183,26 @@ impl Check<'_> {
                 format!("{shown} contains a NUL character, which no program argument can hold"),
             ));
         }
-        Ok(Some(Command { argv, log_format }))
+        let mut env = Vec::new();
+        for item in raw.env.unwrap_or_default() {
+            let ok = item.split_once('=').filter(|(k, _)| {
+                !k.is_empty()
+                    && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+                    && !k.as_bytes()[0].is_ascii_digit()
+            });
+            let Some((key, value)) = ok else {
+                let shown = self.ctx.show("command.env", toml::Value::from(item.clone()));
+                return Err(self.invalid(
+                    "command.env",
+                    format!(r#"{shown}: each entry is "NAME=VALUE" with NAME of letters, digits and _ (not first a digit), e.g. env = ["TORCH_FR_BUFFER_SIZE=4000"]"#),
+                ));
+            };
+            if item.contains('\0') {
+                return Err(self.invalid("command.env", format!("{item:?} contains a NUL character")));
+            }
+            env.push((key.to_string(), value.to_string()));
+        }
+        Ok(Some(Command { argv, log_format, observe: raw.observe.unwrap_or(true), env }))
     }
 
     pub(super) fn cluster(&self, raw: RawCluster) -> R<Cluster> {

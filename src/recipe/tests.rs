@@ -121,7 +121,12 @@ fn command_recipes_need_no_model() {
     let r = parse_str(text, "c.toml", &[]).expect("command recipe loads");
     assert_eq!(
         r.command,
-        Some(Command { argv: vec!["python".into(), "train.py".into()], log_format: crate::adapters::Choice::Auto })
+        Some(Command {
+            argv: vec!["python".into(), "train.py".into()],
+            log_format: crate::adapters::Choice::Auto,
+            observe: true,
+            env: Vec::new()
+        })
     );
 }
 
