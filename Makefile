@@ -9,7 +9,7 @@ TORCH_ENV := $(FLIGHTDECK_CACHE)/torch-env.mk
 BIN := target/release/flightdeck
 DEMO_DB ?= $(FLIGHTDECK_CACHE)/demo-db
 
-.PHONY: all build demo demo-headless test check deps torch clean-cache fmt fmt-check lint
+.PHONY: all build demo demo-torch demo-headless test check deps torch clean-cache fmt fmt-check lint
 
 all: build
 
@@ -41,6 +41,12 @@ build: deps $(TORCH_ENV)
 # the run headless.
 demo: build
 	$(BIN) --db $(DEMO_DB) run recipes/tiny-gpt.toml --ranks-per-node 2
+
+# A real PyTorch DDP job (gloo, CPU, the build's PyTorch) in the cockpit: its printed log dicts
+# become each rank's loss and step time (docs/real-jobs.md, docs/adapters.md).
+demo-torch: build
+	$(BIN) --db $(DEMO_DB) run recipes/torch-ddp.toml \
+		--set 'command.argv=["$(FD_VENV)/bin/python", "../assets/examples/torch_ddp.py", "--steps", "200"]'
 
 # The same run with one progress line per interval instead of the cockpit.
 demo-headless: build

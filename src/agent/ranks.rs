@@ -49,7 +49,7 @@ pub async fn spawn(
         .env("FLIGHTDECK_RECIPE", paths.recipe())
         .env("FLIGHTDECK_TELEMETRY", paths.telemetry_socket())
         .env("FLIGHTDECK_RUN_DIR", &paths.root)
-        .current_dir(&paths.root)
+        .current_dir(working_dir(spec, paths))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -148,6 +148,15 @@ pub fn observe_env(paths: &RunDirPaths, rank: Rank, gpu: bool) -> Vec<(&'static 
         }
     }
     env
+}
+
+/// A command's `cwd` (by default the recipe's directory) where this node has it, else the run
+/// directory (the worker's, and an SSH node's, which lacks the launching machine's paths).
+fn working_dir(spec: &AgentSpec, paths: &RunDirPaths) -> std::path::PathBuf {
+    match spec.recipe.command.as_ref().and_then(|c| c.cwd.as_ref()) {
+        Some(dir) if spec.recipe.kind == Kind::Command && dir.is_dir() => dir.clone(),
+        _ => paths.root.clone(),
+    }
 }
 
 /// How long a rank's output is still read after it exited.

@@ -202,6 +202,11 @@ pub struct Command {
     /// `KEY=VALUE` for every rank, over Flightdeck's own defaults.
     #[serde(default)]
     pub env: Vec<(String, String)>,
+    /// The ranks' working directory: `[command] cwd`, relative to the recipe's directory, which
+    /// is the default (so `argv = ["python", "train.py"]` finds the script beside the recipe).
+    /// A node where it does not exist runs the ranks in the run directory.
+    #[serde(default)]
+    pub cwd: Option<std::path::PathBuf>,
 }
 
 fn yes() -> bool {

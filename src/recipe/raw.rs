@@ -125,6 +125,7 @@ pub(super) struct RawCommand {
     pub log_format: Option<String>,
     pub observe: Option<bool>,
     pub env: Option<Vec<String>>,
+    pub cwd: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -228,7 +229,16 @@ pub(super) const TABLES: &[(&str, &[(&str, Ty)])] = &[
     ),
     ("telemetry", &[("step_interval", Ty::Int), ("sample_interval_ms", Ty::Int), ("enabled", Ty::Bool)]),
     ("fault", &[("kind", Ty::Str), ("rank", Ty::Int), ("step", Ty::Int), ("slow_pct", Ty::Float)]),
-    ("command", &[("argv", Ty::StrList), ("log_format", Ty::Str), ("observe", Ty::Bool), ("env", Ty::StrList)]),
+    (
+        "command",
+        &[
+            ("argv", Ty::StrList),
+            ("log_format", Ty::Str),
+            ("observe", Ty::Bool),
+            ("env", Ty::StrList),
+            ("cwd", Ty::Str),
+        ],
+    ),
     (
         "analysis",
         &[

@@ -202,7 +202,12 @@ impl Check<'_> {
             }
             env.push((key.to_string(), value.to_string()));
         }
-        Ok(Some(Command { argv, log_format, observe: raw.observe.unwrap_or(true), env }))
+        let cwd = match raw.cwd.map(std::path::PathBuf::from) {
+            Some(dir) if dir.is_absolute() => Some(dir),
+            Some(dir) => Some(self.base.map_or(dir.clone(), |b| b.join(&dir))),
+            None => self.base.map(std::path::Path::to_path_buf),
+        };
+        Ok(Some(Command { argv, log_format, observe: raw.observe.unwrap_or(true), env, cwd }))
     }
 
     pub(super) fn cluster(&self, raw: RawCluster) -> R<Cluster> {

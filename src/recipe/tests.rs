@@ -125,7 +125,8 @@ fn command_recipes_need_no_model() {
             argv: vec!["python".into(), "train.py".into()],
             log_format: crate::adapters::Choice::Auto,
             observe: true,
-            env: Vec::new()
+            env: Vec::new(),
+            cwd: r.command.as_ref().and_then(|c| c.cwd.clone()),
         })
     );
 }

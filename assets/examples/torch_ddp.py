@@ -1,0 +1,69 @@
+"""A small DDP job as users write them: PyTorch only, gloo on CPU, the default env://
+rendezvous, and HF Trainer's log lines on rank 0... and on every rank here, so the cockpit shows
+each rank's loss. Nothing of Flightdeck is imported: Flightdeck reads the printed dicts
+(docs/adapters.md). recipes/torch-ddp.toml runs it on 2 local ranks (`make demo-torch`).
+
+    python torch_ddp.py [--steps N] [--log-every K] [--hidden H]
+"""
+import argparse
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--log-every", type=int, default=5)
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--lr", type=float, default=3e-3)
+    args = p.parse_args()
+
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    # A regression anyone can check: y = sin(x · w) for a fixed random w.
+    d = 32
+    target_w = torch.randn(d, 1, generator=torch.Generator().manual_seed(1))
+    model = DDP(nn.Sequential(nn.Linear(d, args.hidden), nn.GELU(), nn.Linear(args.hidden, 1)))
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20))
+    data = torch.Generator().manual_seed(100 + rank)
+    t_log, losses = time.perf_counter(), []
+    for step in range(1, args.steps + 1):
+        x = torch.randn(args.batch, d, generator=data)
+        y = torch.sin(x @ target_w)
+        loss = nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+        if step % args.log_every == 0:
+            elapsed = time.perf_counter() - t_log
+            # HF Trainer's ProgressCallback prints the log dict like this (4 significant digits).
+            logs = {
+                "loss": round(sum(losses) / len(losses), 4),
+                "grad_norm": round(grad_norm.item(), 4),
+                "learning_rate": sched.get_last_lr()[0],
+                "epoch": round(step / args.steps, 2),
+                "step": step,
+                "step_time_ms": round(1000 * elapsed / args.log_every, 2),
+            }
+            print(logs, flush=True)
+            t_log, losses = time.perf_counter(), []
+    if rank == 0:
+        print({"train_runtime": round(time.perf_counter(), 2), "train_loss": round(loss.item(), 4)}, flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    main()
