@@ -29,7 +29,13 @@ export FD_VENV
 deps:
 	@scripts/install-deps.sh
 
-build: deps $(TORCH_ENV)
+# py-spy for Python ranks' stacks, linked into $(FLIGHTDECK_CACHE)/bin, first on PATH below.
+PYSPY := $(FLIGHTDECK_CACHE)/bin/py-spy
+$(PYSPY): scripts/setup-pyspy.sh $(TORCH_ENV)
+	FD_VENV=$(FD_VENV) scripts/setup-pyspy.sh
+export PATH := $(FLIGHTDECK_CACHE)/bin:$(PATH)
+
+build: deps $(TORCH_ENV) $(PYSPY)
 	cargo build --release
 	@mkdir -p target/release
 	@if [ "$$(realpath -m $(CARGO_TARGET_DIR))" != "$$(realpath -m target)" ]; then \

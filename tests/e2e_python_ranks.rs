@@ -1,0 +1,66 @@
+//! Python ranks like users run them: their stacks through py-spy, grouped, the odd one apart.
+mod common;
+use common::*;
+
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
+}
+
+/// Rank 1 sleeps in `stall()`; the others wait in a loop in `work()` (always on the same line,
+/// so their stacks are identical whenever they are read). Each prints `ready` once there.
+const SCRIPT: &str = r#"import os, time
+rank = int(os.environ["RANK"])
+
+def stall():
+    print("ready", flush=True)
+    time.sleep(3600)
+
+def work():
+    print("ready", flush=True)
+    while True:
+        time.sleep(0.01)
+
+stall() if rank == 1 else work()
+"#;
+
+#[test]
+fn stacks_of_python_ranks_come_from_py_spy_with_the_sleeping_rank_apart() {
+    if !on_path("py-spy") {
+        skipped(file!(), "py-spy is not on PATH (make links it into the cache's bin: scripts/setup-pyspy.sh)");
+        return;
+    }
+    let db = Db::new();
+    let script = db.path().join("ranks.py");
+    std::fs::write(&script, SCRIPT).unwrap();
+    let recipe = db.path().join("py.toml");
+    command_recipe(&recipe, "py-stacks", &["python3", script.to_str().unwrap()], 3);
+    let mut child = db.spawn(&["run", recipe.to_str().unwrap(), "--headless"]);
+    let mut lines = stdout_lines(&mut child);
+    let first = read_until(&mut lines, |l| l.starts_with("run "));
+    let id = first.split_whitespace().nth(1).unwrap().trim_end_matches(':').to_string();
+    // Every rank has printed `ready`: each is where its stack should show it.
+    let logs = db.path().join("runs").join(&id).join("logs");
+    let ready = |r: u32| std::fs::read_to_string(logs.join(format!("rank-{r}.log"))).is_ok_and(|t| t.contains("ready"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !(0..3).all(ready) {
+        assert!(std::time::Instant::now() < deadline, "the ranks never printed ready");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let report = db.json(&["stacks", &id, "--json"]);
+    let groups = report["groups"].as_array().unwrap();
+    let tools: Vec<&str> = report["timings"].as_array().unwrap().iter().map(|t| t[2].as_str().unwrap_or("-")).collect();
+    assert!(tools == ["py-spy"; 3], "py-spy for every rank: {report}");
+    let ranks_of =
+        |g: &serde_json::Value| g["ranks"].as_array().unwrap().iter().map(|r| r.as_u64().unwrap()).collect::<Vec<_>>();
+    assert_eq!(groups.len(), 2, "the spinning ranks together, the sleeping one apart: {report:#}");
+    assert_eq!(ranks_of(&groups[0]), vec![0, 2], "{report:#}");
+    assert_eq!(ranks_of(&groups[1]), vec![1], "{report:#}");
+    let text = db.run(&["stacks", &id]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("stall") && text.contains("work"), "Python function names in the stacks:\n{text}");
+    assert!(db.run(&["kill", &id]).status.success());
+    let end = read_until(&mut lines, |l| l.starts_with(&format!("run {id} ")));
+    assert!(end.contains("killed"), "{end}");
+    let _ = child.wait();
+    db.finish();
+}
