@@ -23,6 +23,16 @@ def work():
 stall() if rank == 1 else work()
 "#;
 
+/// Kills the run when the test ends, passed or not: a failed assertion must not leave its
+/// endless ranks running.
+struct KillOnDrop<'a>(&'a Db, String);
+
+impl Drop for KillOnDrop<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.run(&["kill", &self.1]);
+    }
+}
+
 #[test]
 fn stacks_of_python_ranks_come_from_py_spy_with_the_sleeping_rank_apart() {
     if !on_path("py-spy") {
@@ -38,6 +48,7 @@ fn stacks_of_python_ranks_come_from_py_spy_with_the_sleeping_rank_apart() {
     let mut lines = stdout_lines(&mut child);
     let first = read_until(&mut lines, |l| l.starts_with("run "));
     let id = first.split_whitespace().nth(1).unwrap().trim_end_matches(':').to_string();
+    let _guard = KillOnDrop(&db, id.clone());
     // Every rank has printed `ready`: each is where its stack should show it.
     let logs = db.path().join("runs").join(&id).join("logs");
     let ready = |r: u32| std::fs::read_to_string(logs.join(format!("rank-{r}.log"))).is_ok_and(|t| t.contains("ready"));
