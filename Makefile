@@ -59,7 +59,7 @@ demo-headless: build
 	$(BIN) --db $(DEMO_DB) run recipes/tiny-gpt.toml --headless --ranks-per-node 2
 
 # The whole suite: unit tests, then the end-to-end tests that drive the real binary.
-test: build
+test: build bench-tensorboard
 	cargo test --release -- --test-threads=2
 
 # The quick loop: format, lints (warnings are errors; `unwrap` is denied outside tests in

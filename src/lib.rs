@@ -12,7 +12,8 @@
 //!   fold the server and the cockpit share): pure.
 //! - `protocol` (the wire: frames, messages, the agent spec) and `store` (the sled history).
 //! - Leaves: `adapters` (framework log lines into metric records, pure), `record` (the records
-//!   wire and store share), `recipe`, `ids`, `paths`, `sync`, `mfu`, `detach`.
+//!   wire and store share), `recipe`, `ids`, `paths`, `sync`, `mfu`, `detach`, `tensorboard`
+//!   (event files read in Rust).
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 pub mod adapters;
 pub mod agent;
@@ -32,6 +33,7 @@ pub mod server;
 pub mod ssh;
 pub mod store;
 pub mod sync;
+pub mod tensorboard;
 pub mod ui;
 #[cfg(feature = "torch")]
 pub mod worker;
