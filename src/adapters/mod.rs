@@ -7,9 +7,22 @@
 //! punctuation become lowercase `snake_case`, identifiers are kept verbatim.
 use serde::{Deserialize, Serialize};
 
+mod clean;
+mod deepspeed;
+pub mod failures;
 pub mod fatal;
+mod hf;
 pub mod json;
+mod megatron;
+mod nanogpt;
+mod openrlhf;
 mod series;
+#[cfg(test)]
+mod tests;
+mod torchtitan;
+mod tqdm;
+pub mod value;
+mod verl;
 pub use series::series;
 
 /// A line longer than this is counted and skipped, never parsed or kept.
@@ -52,6 +65,13 @@ pub struct Record {
     /// In the order printed; NaN and infinities kept.
     pub metrics: Vec<(String, f64)>,
     pub labels: Vec<(String, Label)>,
+}
+
+impl Record {
+    /// An empty record of `kind` at line `line`: adapters fill in the rest.
+    pub fn at(line: u64, kind: RecordKind) -> Record {
+        Record { line, end_line: None, step: None, kind, metrics: Vec::new(), labels: Vec::new() }
+    }
 }
 
 /// One framework's adapter.
@@ -166,32 +186,125 @@ pub struct Skipped {
     pub invalid_utf8: u64,
 }
 
-/// One stream's reader: holds only what multi-line records need.
+/// One stream's reader: holds only what multi-line records need (torchrun's failure block).
 pub struct LogReader {
     choice: Choice,
+    failures: failures::Failures,
     pub skipped: Skipped,
 }
 
+/// The metric adapters `auto` asks, most specific first (each checks a cheap prefix first).
+const AUTO: [Format; 8] = [
+    Format::Megatron,
+    Format::Deepspeed,
+    Format::Torchtitan,
+    Format::Verl,
+    Format::Nanogpt,
+    Format::Hf,
+    Format::Openrlhf,
+    Format::Tqdm,
+];
+
 impl LogReader {
     pub fn new(choice: Choice) -> LogReader {
-        LogReader { choice, skipped: Skipped::default() }
+        LogReader { choice, failures: failures::Failures::default(), skipped: Skipped::default() }
     }
 
-    /// Reads line `line` (1-based; `raw` without its newline) and returns the records it completes.
+    /// Reads line `line` (1-based; `raw` without its newline) and returns the records it
+    /// completes. Failures are read whatever the format (any framework's job can fail); a line
+    /// over `MAX_LINE_BYTES` or of invalid UTF-8 is counted and skipped.
     pub fn push(&mut self, line: u64, raw: &[u8]) -> Vec<Record> {
-        let _ = (line, raw, self.choice);
-        Vec::new()
+        if self.choice == Choice::None {
+            return Vec::new();
+        }
+        if raw.len() > MAX_LINE_BYTES {
+            self.skipped.too_long += 1;
+            return Vec::new();
+        }
+        let Ok(text) = std::str::from_utf8(raw) else {
+            self.skipped.invalid_utf8 += 1;
+            return Vec::new();
+        };
+        let text = clean::line(text);
+        if text.is_empty() {
+            return Vec::new();
+        }
+        if let Some(records) = self.failures.push(line, &text) {
+            return records;
+        }
+        let record = match self.choice {
+            Choice::One(Format::Failures) | Choice::None => None,
+            Choice::One(format) => parse(format, line, &text),
+            Choice::Auto => AUTO.iter().find_map(|f| parse(*f, line, &text)),
+        };
+        let Some(record) = record else { return Vec::new() };
+        let nan = nan_loss(&record);
+        std::iter::once(record).chain(nan).collect()
     }
 
     /// The end of the stream: records still open (a failure block at the very end).
     pub fn finish(&mut self) -> Vec<Record> {
-        Vec::new()
+        self.failures.finish()
     }
 }
 
+fn parse(format: Format, line: u64, text: &str) -> Option<Record> {
+    match format {
+        Format::Megatron => megatron::parse(line, text),
+        Format::Deepspeed => deepspeed::parse(line, text),
+        Format::Hf => hf::parse(line, text),
+        Format::Tqdm => tqdm::parse(line, text),
+        Format::Verl => verl::parse(line, text),
+        Format::Openrlhf => openrlhf::parse(line, text),
+        Format::Torchtitan => torchtitan::parse(line, text),
+        Format::Nanogpt => nanogpt::parse(line, text),
+        Format::Failures => None,
+    }
+}
+
+/// A training step whose loss is NaN or infinite is also a failure event.
+fn nan_loss(record: &Record) -> Option<Record> {
+    let (_, loss) = standard(record).into_iter().find(|(n, _)| *n == "loss")?;
+    if loss.is_finite() {
+        return None;
+    }
+    let mut r = Record::at(record.line, RecordKind::Event);
+    r.step = record.step;
+    r.labels.push(("event".into(), Label::Text("nan_loss".into())));
+    r.metrics.push(("loss".into(), loss));
+    Some(r)
+}
+
+/// The cockpit's standard series a training step also writes, where the framework's metric
+/// means the same: the first of each list that the record has.
+const STANDARD: [(&str, &[(&str, f64)]); 5] = [
+    ("loss", &[("loss", 1.0), ("lm_loss", 1.0), ("train_loss", 1.0)]),
+    (
+        "step_time_ms",
+        &[
+            ("step_time_ms", 1.0),
+            ("elapsed_time_per_iteration_ms", 1.0),
+            ("time_ms", 1.0),
+            ("timing_s/step", 1000.0),
+            ("perf/time_per_step", 1000.0),
+        ],
+    ),
+    ("tokens_per_s", &[("tps", 1.0), ("perf/throughput", 1.0), ("tokens_per_second", 1.0)]),
+    ("lr", &[("lr", 1.0), ("learning_rate", 1.0), ("actor_lr", 1.0), ("actor/lr", 1.0)]),
+    ("grad_norm", &[("grad_norm", 1.0), ("actor/grad_norm", 1.0)]),
+];
+
 /// The cockpit's standard series a record also writes, where the framework's metric means the
-/// same: `loss`, `step_time_ms`, `tokens_per_s`, `lr`, `grad_norm`.
+/// same: `loss`, `step_time_ms`, `tokens_per_s`, `lr`, `grad_norm` (training steps only).
 pub fn standard(record: &Record) -> Vec<(&'static str, f64)> {
-    let _ = record;
-    Vec::new()
+    if record.kind != RecordKind::Step {
+        return Vec::new();
+    }
+    let get = |name: &str| record.metrics.iter().find(|(n, _)| n == name).map(|(_, v)| *v);
+    STANDARD
+        .iter()
+        .filter_map(|(standard, sources)| {
+            sources.iter().find_map(|(source, scale)| get(source).map(|v| (*standard, v * scale)))
+        })
+        .collect()
 }
