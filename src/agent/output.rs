@@ -213,6 +213,7 @@ impl Output {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::strategy::Strategy;
 
     /// Runs one forwarder over `bytes`; returns the log file and what went upstream.
     async fn forward(bytes: Vec<u8>) -> (Vec<u8>, Vec<AgentEvent>) {
@@ -220,7 +221,7 @@ mod tests {
         let path = dir.path().join("rank-0.log");
         let file = std::fs::File::create(&path).expect("log file");
         let (tx, mut rx) = mpsc::channel(1024);
-        Output::new(Rank(0), file, Choice::None, tx).forward(&bytes[..], Stream::Stdout).await;
+        Output::new(Rank(0), file, Choice::Auto, tx).forward(&bytes[..], Stream::Stdout).await;
         let mut events = Vec::new();
         while let Ok(Input::Event(e)) = rx.try_recv() {
             events.push(e);
@@ -269,5 +270,33 @@ mod tests {
         let text = b"step 1\nTraceback (most recent call last):\n  File \"t.py\", line 1\nValueError: bad shape\n";
         out.clone().forward(&text[..], Stream::Stderr).await;
         assert_eq!(out.last_error().as_deref(), Some("ValueError: bad shape"));
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config::with_cases(64))]
+        /// Random bytes, with newlines, carriage returns and runs longer than a line may be: the
+        /// forwarder ends, forwards bounded lines, and keeps the log within what came in.
+        #[test]
+        fn random_output_never_stalls_or_panics(
+            chunks in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::collection::vec(proptest::num::u8::ANY, 0..512),
+                    (0usize..3).prop_map(|k| vec![b'x'; MAX_LINE_BYTES * k + 7]),
+                    proptest::strategy::Just(b"\r".to_vec()),
+                    proptest::strategy::Just(b"{'loss': 1.5, 'epoch': 0.1}\n".to_vec()),
+                ],
+                0..12,
+            )
+        ) {
+            let bytes: Vec<u8> = chunks.concat();
+            let rt = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+            let (log, events) = rt.block_on(forward(bytes.clone()));
+            proptest::prop_assert!(log.len() <= bytes.len() + bytes.iter().filter(|b| **b == b'\r').count() + 1);
+            for e in &events {
+                if let AgentEvent::Log { line, .. } = e {
+                    proptest::prop_assert!(line.len() <= MAX_FORWARD_BYTES + 16);
+                }
+            }
+        }
     }
 }
