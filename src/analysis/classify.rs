@@ -44,6 +44,25 @@ pub fn hang(ranks: &BTreeMap<u32, RankState>, since_ms: u64, now_ms: u64) -> Ver
         );
         return verdict(VerdictKind::StuckInCollective, culprits, record, Vec::new(), since_ms, now_ms, summary);
     }
+    // No collective to go by (a program whose progress is its log): the ranks whose step fell
+    // behind their peers' are the ones that stopped first; the others waited on them.
+    let top = live.iter().map(|(_, r)| r.step).max().unwrap_or(0);
+    let (lagging, ahead): (Vec<_>, Vec<_>) = live.iter().partition(|(_, r)| r.step < top);
+    if max_seq == 0 && !lagging.is_empty() {
+        let culprits: Vec<Culprit> = lagging
+            .iter()
+            .map(|(k, r)| culprit(**k, r, format!("stopped at step {} while its peers reached step {top}", r.step)))
+            .collect();
+        let steps: Vec<String> = lagging.iter().map(|(_, r)| r.step.to_string()).collect();
+        let summary = format!(
+            "{} stopped at step {}; {} reached step {top}, then no progress for {secs}",
+            who(&culprits),
+            steps.join("/"),
+            count(ahead.len())
+        );
+        let waiting = ahead.iter().map(|(k, _)| **k).collect();
+        return verdict(VerdictKind::NeverEntered, culprits, None, waiting, since_ms, now_ms, summary);
+    }
     // Every live rank is outside any collective and none moves: name each with its phase.
     let culprits: Vec<Culprit> = live
         .iter()

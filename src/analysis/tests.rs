@@ -459,3 +459,34 @@ fn slow_compute_that_still_arrives_on_time_is_not_a_straggler() {
     let lags = st.lags(5, &ranks, 2);
     assert_eq!((lags[&1].compute_ms, &lags[&1].late_ms[..]), (30.0, &[0.0; 5][..]));
 }
+
+/// A program seen only through its log: steps read by an adapter.
+fn logged(s: &mut Sim, rank: u32, step: u64) {
+    let mut record = crate::adapters::Record::at(1, crate::adapters::RecordKind::Step);
+    record.step = Some(step);
+    record.metrics = vec![("loss".into(), 2.0), ("time_ms".into(), 100.0)];
+    s.ev(AgentEvent::LogRecord { rank: Rank(rank), record });
+}
+
+#[test]
+fn a_rank_whose_log_stops_while_its_peers_go_on_is_the_hang() {
+    let mut s = sim(3);
+    for step in 1..=5 {
+        for r in 0..3 {
+            logged(&mut s, r, step);
+        }
+        s.wait_until(s.now + 100);
+    }
+    // Rank 1's log stops at step 5; the others log three more steps, then wait on it.
+    for step in 6..=8 {
+        logged(&mut s, 0, step);
+        logged(&mut s, 2, step);
+        s.wait_until(s.now + 100);
+    }
+    assert!(s.given.is_empty(), "progress continues: {:?}", s.given);
+    s.wait_until(s.now + 5000 * SLACK + 1000);
+    let v = s.given.first().expect("a hang verdict").clone();
+    assert_eq!(v.kind, VerdictKind::NeverEntered);
+    assert_eq!(v.culprits.iter().map(|c| c.rank).collect::<Vec<_>>(), vec![1], "{}", v.summary);
+    assert!(v.summary.contains("stopped at step 5") && v.summary.contains("reached step 8"), "{}", v.summary);
+}
