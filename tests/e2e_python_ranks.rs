@@ -75,3 +75,32 @@ fn stacks_of_python_ranks_come_from_py_spy_with_the_sleeping_rank_apart() {
     let _ = child.wait();
     db.finish();
 }
+
+#[test]
+fn a_real_ddp_job_has_each_ranks_loss_and_step_time_from_its_printed_dicts() {
+    let Some(python) = venv_python() else {
+        skipped(file!(), "FD_VENV is not set (make test sets it)");
+        return;
+    };
+    let db = Db::new();
+    let script = repo().join("assets/examples/torch_ddp.py");
+    let recipe = db.path().join("ddp.toml");
+    let argv = [python.to_str().unwrap(), script.to_str().unwrap(), "--steps", "30", "--log-every", "5"];
+    command_recipe(&recipe, "ddp-logs", &argv, 2);
+    let out = db.run(&["run", recipe.to_str().unwrap(), "--headless"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for key in ["loss", "step_time_ms", "grad_norm", "lr"] {
+        let csv = db.run(&["metrics", "ddp-logs", "--key", key, "--format", "csv"]);
+        let rows = csv_rows(&String::from_utf8_lossy(&csv.stdout));
+        for rank in 0..2u32 {
+            let steps: Vec<u64> = rows.iter().filter(|r| r.1 == rank).map(|r| r.0).collect();
+            assert_eq!(
+                steps,
+                vec![5, 10, 15, 20, 25, 30],
+                "{key} of rank {rank}: the steps the script printed: {rows:?}"
+            );
+        }
+        assert!(rows.iter().all(|r| r.2.is_finite() && (key != "step_time_ms" || r.2 > 0.0)), "{key}: {rows:?}");
+    }
+    db.finish();
+}
