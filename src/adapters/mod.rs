@@ -72,6 +72,28 @@ impl Record {
     pub fn at(line: u64, kind: RecordKind) -> Record {
         Record { line, end_line: None, step: None, kind, metrics: Vec::new(), labels: Vec::new() }
     }
+
+    pub fn label(&self, key: &str) -> Option<&Label> {
+        self.labels.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+
+    /// A failure event's name (`child_failed`, `nccl_timeout`, ...) and the rank it is about:
+    /// the `rank` it names (torchrun prints its children's failures), else `printer`, the rank
+    /// whose output it was. `None` for a record that is not an event.
+    pub fn failure(&self, printer: u32) -> Option<(&str, u32)> {
+        if self.kind != RecordKind::Event {
+            return None;
+        }
+        let name = match self.label("event") {
+            Some(Label::Text(t)) => t.as_str(),
+            _ => "failure",
+        };
+        let about = match self.label("rank") {
+            Some(Label::Int(r)) => u32::try_from(*r).unwrap_or(printer),
+            _ => printer,
+        };
+        Some((name, about))
+    }
 }
 
 /// One framework's adapter.

@@ -249,15 +249,8 @@ pub fn gpu_event_text(e: &AgentEvent) -> String {
 /// rank that printed it) and the event's words, with everything the adapter took from it.
 fn failure(record: &crate::adapters::Record, printer: u32) -> (String, u32, String) {
     use crate::adapters::Label;
-    let label = |key: &str| record.labels.iter().find(|(k, _)| k == key).map(|(_, v)| v);
-    let name = match label("event") {
-        Some(Label::Text(t)) => t.clone(),
-        _ => "failure".to_string(),
-    };
-    let about = match label("rank") {
-        Some(Label::Int(r)) => u32::try_from(*r).unwrap_or(printer),
-        _ => printer,
-    };
+    let (name, about) = record.failure(printer).unwrap_or(("failure", printer));
+    let name = name.to_string();
     let mut parts: Vec<String> = record
         .labels
         .iter()

@@ -9,7 +9,7 @@
 use super::tracker::Tracker;
 use super::Shared;
 use crate::adapters::fatal::LastError;
-use crate::adapters::{Choice, Label, LogReader, Record, RecordKind};
+use crate::adapters::{Choice, LogReader, Record, RecordKind};
 use crate::ids::{unix_ms, Rank, RunId};
 use crate::protocol::{AgentEvent, AgentFrame, ExitStatus, RunOutcome};
 use crate::store::{Batch, EventKind, EventRecord, RunMeta, RunRecord, RunStatus};
@@ -319,20 +319,11 @@ fn read_all(sources: Sources, format: Choice, tx: tokio::sync::mpsc::Sender<Vec<
 
 /// A failure event's words, kept for the rank it is about.
 fn note_failure(record: &Record, printer: u32, failures: &mut BTreeMap<u32, String>) {
-    if record.kind != RecordKind::Event {
-        return;
-    }
-    let label = |key: &str| record.labels.iter().find(|(k, _)| k == key).map(|(_, v)| v);
-    let about = match label("rank") {
-        Some(Label::Int(r)) => u32::try_from(*r).unwrap_or(printer),
-        _ => printer,
-    };
-    let name = match label("event") {
-        Some(Label::Text(t)) => t.replace('_', " "),
-        _ => "failure".into(),
-    };
-    if name != "nan loss" {
-        failures.entry(about).or_insert(name);
+    match record.failure(printer) {
+        Some(("nan_loss", _)) | None => {}
+        Some((name, about)) => {
+            failures.entry(about).or_insert_with(|| name.replace('_', " "));
+        }
     }
 }
 
