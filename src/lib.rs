@@ -13,7 +13,7 @@
 //! - `protocol` (the wire: frames, messages, the agent spec) and `store` (the sled history).
 //! - Leaves: `adapters` (framework log lines into metric records, pure), `record` (the records
 //!   wire and store share), `recipe`, `ids`, `paths`, `sync`, `mfu`, `detach`, `tensorboard`
-//!   (event files read in Rust).
+//!   (event files read in Rust), `torchfr` (PyTorch's flight-recorder dumps, parsed).
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 pub mod adapters;
 pub mod agent;
@@ -34,6 +34,7 @@ pub mod ssh;
 pub mod store;
 pub mod sync;
 pub mod tensorboard;
+pub mod torchfr;
 pub mod ui;
 #[cfg(feature = "torch")]
 pub mod worker;

@@ -73,4 +73,20 @@ impl RunDirPaths {
     pub fn rank_log(&self, rank: u32) -> PathBuf {
         self.root.join("logs").join(format!("rank-{rank}.log"))
     }
+    /// PyTorch's flight-recorder dumps: its own (`rank_<R>`) and the shim's.
+    pub fn fr_dir(&self) -> PathBuf {
+        self.root.join("fr")
+    }
+    /// The shim's recorder dump of `rank` (assets/shim/sitecustomize.py).
+    pub fn shim_dump(&self, rank: u32) -> PathBuf {
+        self.fr_dir().join(format!("shim_rank_{rank}.pkl"))
+    }
+    /// The shim's stacks of `rank`'s Python threads.
+    pub fn shim_stacks(&self, rank: u32) -> PathBuf {
+        self.fr_dir().join(format!("shim_rank_{rank}.stacks.json"))
+    }
+    /// Where the shim itself is installed for the run's ranks (first on their PYTHONPATH).
+    pub fn shim_dir(&self) -> PathBuf {
+        self.root.join("shim")
+    }
 }

@@ -3,7 +3,11 @@ rendezvous, and HF Trainer's log lines on rank 0... and on every rank here, so t
 each rank's loss. Nothing of Flightdeck is imported: Flightdeck reads the printed dicts
 (docs/adapters.md). recipes/torch-ddp.toml runs it on 2 local ranks (`make demo-torch`).
 
-    python torch_ddp.py [--steps N] [--log-every K] [--hidden H]
+    python torch_ddp.py [--steps N] [--log-every K] [--hidden H] [--fault sleep|op --fault-rank R --fault-step S]
+
+`--fault` is for the tests of hang verdicts: at step S, rank R sleeps for an hour before its
+forward (`sleep`: its peers wait in DDP's all-reduce), or broadcasts a tensor of its own where
+its peers all-reduce (`op`: a collective mismatch, which gloo leaves hanging).
 """
 import argparse
 import os
@@ -22,6 +26,9 @@ def main():
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--fault", choices=["sleep", "op"])
+    p.add_argument("--fault-rank", type=int, default=1)
+    p.add_argument("--fault-step", type=int, default=5)
     args = p.parse_args()
 
     dist.init_process_group("gloo")
@@ -38,6 +45,8 @@ def main():
     t_start = t_log = time.perf_counter()
     losses = []
     for step in range(1, args.steps + 1):
+        if args.fault and rank == args.fault_rank and step == args.fault_step:
+            inject(args.fault, step)
         x = torch.randn(args.batch, d, generator=data)
         y = torch.sin(x @ target_w)
         loss = nn.functional.mse_loss(model(x), y)
@@ -63,6 +72,14 @@ def main():
     if rank == 0:
         print({"train_runtime": round(time.perf_counter() - t_start, 2), "train_loss": round(loss.item(), 4)}, flush=True)
     dist.destroy_process_group()
+
+
+def inject(fault, step):
+    print(f"injecting fault {fault} at step {step} (unix ms {int(time.time() * 1000)})", flush=True)
+    if fault == "sleep":
+        time.sleep(3600)
+    else:
+        dist.broadcast(torch.zeros(7), src=0)
 
 
 if __name__ == "__main__":

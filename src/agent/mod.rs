@@ -12,6 +12,7 @@ mod output;
 mod owner;
 mod ranks;
 pub mod remote;
+mod flight;
 mod sampler;
 pub mod stacks;
 mod telemetry;
@@ -91,6 +92,9 @@ async fn run(mut spec: AgentSpec, paths: RunDirPaths) -> anyhow::Result<()> {
         io.perform(effects, &mut inputs);
     }
     sampler::spawn(pids.clone(), tx.clone(), spec.recipe.telemetry.sample_interval_ms);
+    if spec.recipe.command.as_ref().is_some_and(|c| c.instrument) && spec.recipe.kind == crate::recipe::Kind::Command {
+        flight::spawn(paths.clone(), pids.clone(), tx.clone());
+    }
     // The launcher waits for this line: the sockets are bound and every rank is started.
     println!("ready");
 

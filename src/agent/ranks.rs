@@ -63,6 +63,18 @@ pub async fn spawn(
                 cmd.env(key, value);
             }
         }
+        if c.instrument {
+            match install_shim(paths) {
+                Ok(dir) => {
+                    let path = match std::env::var_os("PYTHONPATH").filter(|p| !p.is_empty()) {
+                        Some(old) => format!("{}:{}", dir.display(), old.to_string_lossy()),
+                        None => dir.display().to_string(),
+                    };
+                    cmd.env("PYTHONPATH", path).env("FLIGHTDECK_SHIM_DIR", paths.fr_dir());
+                }
+                Err(e) => tracing::warn!("rank {rank} runs without the Python shim: {e:#}"),
+            }
+        }
         for (key, value) in &c.env {
             cmd.env(key, value);
         }
@@ -148,6 +160,24 @@ pub fn observe_env(paths: &RunDirPaths, rank: Rank, gpu: bool) -> Vec<(&'static 
         }
     }
     env
+}
+
+/// The Python shim, built into the binary so that every node has the one of its version.
+const SHIM: &str = include_str!("../../assets/shim/sitecustomize.py");
+
+/// Writes the shim into the run directory (once per node and run); returns its folder.
+fn install_shim(paths: &RunDirPaths) -> anyhow::Result<std::path::PathBuf> {
+    let dir = paths.shim_dir();
+    let file = dir.join("sitecustomize.py");
+    if std::fs::read_to_string(&file).is_ok_and(|s| s == SHIM) {
+        return Ok(dir);
+    }
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::create_dir_all(paths.fr_dir()).with_context(|| format!("creating {}", paths.fr_dir().display()))?;
+    let tmp = dir.join("sitecustomize.py.tmp");
+    std::fs::write(&tmp, SHIM).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, &file).with_context(|| format!("installing {}", file.display()))?;
+    Ok(dir)
 }
 
 /// A command's `cwd` (by default the recipe's directory) where this node has it, else the run

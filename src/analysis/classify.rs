@@ -184,7 +184,7 @@ pub fn single_out(current: &Verdict, groups: &[StackGroup], ranks: &BTreeMap<u32
     Some(v)
 }
 
-fn verdict(
+pub(super) fn verdict(
     kind: VerdictKind,
     culprits: Vec<Culprit>,
     collective: Option<CollectiveRef>,

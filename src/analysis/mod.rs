@@ -9,6 +9,9 @@ mod classify;
 mod straggler;
 #[cfg(test)]
 mod tests;
+mod torch;
+#[cfg(test)]
+mod torch_tests;
 
 use crate::protocol::{
     AgentEvent, CollectiveRecord, CollectiveState, ExitStatus, Phase, RankMsg, StackGroup, StepMetrics, Verdict,
@@ -74,6 +77,8 @@ pub struct RankState {
     pub last_metrics: Option<StepMetrics>,
     /// Its own last error line, once it exited.
     pub last_error: Option<String>,
+    /// A Python rank's flight recorder, from its shim (`AgentEvent::TorchFlight`).
+    pub torch: Option<crate::torchfr::Snapshot>,
     pub cpu_pct: Option<f64>,
     pub rss_bytes: Option<u64>,
 }
@@ -202,6 +207,7 @@ impl Analyzer {
                 }
             }
             AgentEvent::LogRecord { rank, record } => self.log_record(now_ms, rank.0, record),
+            AgentEvent::TorchFlight { rank, snapshot } => self.torch_flight(now_ms, rank.0, snapshot),
             AgentEvent::RunEnded { .. } => {}
             AgentEvent::GpuSample(_)
             | AgentEvent::GpuXid { .. }
@@ -233,6 +239,25 @@ impl Analyzer {
             }
         }
         self.progress(now_ms);
+    }
+
+    /// A Python rank's recorder: any group's collectives moving is progress, and it arms hang
+    /// detection for a program that prints nothing.
+    fn torch_flight(&mut self, now_ms: u64, rank: u32, snapshot: &crate::torchfr::Snapshot) {
+        let r = self.ranks.entry(rank).or_default();
+        let moved = r.torch.as_ref().is_none_or(|old| old.dump.progress() != snapshot.dump.progress());
+        let had = r.torch.is_some();
+        r.torch = Some(snapshot.clone());
+        self.armed = true;
+        if moved {
+            // Collectives that keep completing after the first look: the program is past its
+            // start-up, so the start-up slack no longer applies (a program whose log gives no
+            // step time would otherwise wait six floors).
+            if had {
+                self.stepped = true;
+            }
+            self.progress(now_ms);
+        }
     }
 
     fn progress(&mut self, now_ms: u64) {
@@ -305,7 +330,9 @@ impl Analyzer {
         }
         let silent = now_ms.saturating_sub(self.last_frame_ms) >= SILENT_MS;
         if self.armed && !silent && now_ms.saturating_sub(self.last_progress_ms) >= self.hang_threshold_ms() {
-            let v = classify::hang(&self.ranks, self.last_progress_ms, now_ms);
+            // A PyTorch program's recorders, matched per process group, say more when they have it.
+            let since = self.last_progress_ms;
+            let v = torch::judge(&self.ranks, since, now_ms).unwrap_or_else(|| classify::hang(&self.ranks, since, now_ms));
             self.hang = Some((v.clone(), false));
             out.push(v);
         }
@@ -330,7 +357,9 @@ impl Analyzer {
                 self.mismatch_given = true;
                 // The ranks' ring errors and exits that follow are the mismatch's doing.
                 self.pending_dead = None;
-                let v = classify::mismatch(&self.ranks, seq, since, now_ms);
+                let v = torch::judge(&self.ranks, since, now_ms)
+                    .filter(|v| v.kind == VerdictKind::Mismatch)
+                    .unwrap_or_else(|| classify::mismatch(&self.ranks, seq, since, now_ms));
                 self.hang = Some((v.clone(), false));
                 out.push(v);
             }

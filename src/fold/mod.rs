@@ -130,6 +130,7 @@ impl RunState {
             AgentEvent::GpuSample(_)
             | AgentEvent::Heartbeat
             | AgentEvent::StackDump { .. }
+            | AgentEvent::TorchFlight { .. }
             | AgentEvent::Log { .. } => {}
         }
         out

@@ -4,7 +4,7 @@ pub use crate::record::{signal_name, CollectiveOp, CollectiveRecord, CollectiveS
 use serde::{Deserialize, Serialize};
 
 /// Bumped on any change to these types; peers with another version are refused.
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// The first frame on every connection, in both directions.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -282,6 +282,12 @@ pub enum AgentEvent {
     RunEnded {
         outcome: RunOutcome,
         reason: String,
+    },
+    /// A Python rank's flight recorder and main-thread stack as its shim last wrote them
+    /// (`crate::torchfr`; sent when they change, about once a second). Boxed: it is large.
+    TorchFlight {
+        rank: Rank,
+        snapshot: Box<crate::torchfr::Snapshot>,
     },
     /// The answer to `AgentCommand::DumpStacks`: this node's ranks (or the one asked for).
     StackDump {

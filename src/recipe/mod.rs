@@ -199,6 +199,10 @@ pub struct Command {
     /// Set the variables that make PyTorch observable (`docs/real-jobs.md`); `false` sets none.
     #[serde(default = "yes")]
     pub observe: bool,
+    /// Put Flightdeck's Python shim first on the ranks' PYTHONPATH (`assets/shim/`): flight
+    /// recorder dumps and stacks each second, for the torch verdicts; `false` leaves it out.
+    #[serde(default = "yes")]
+    pub instrument: bool,
     /// `KEY=VALUE` for every rank, over Flightdeck's own defaults.
     #[serde(default)]
     pub env: Vec<(String, String)>,

@@ -124,6 +124,7 @@ pub(super) struct RawCommand {
     pub argv: Option<Vec<String>>,
     pub log_format: Option<String>,
     pub observe: Option<bool>,
+    pub instrument: Option<bool>,
     pub env: Option<Vec<String>>,
     pub cwd: Option<String>,
 }
@@ -235,6 +236,7 @@ pub(super) const TABLES: &[(&str, &[(&str, Ty)])] = &[
             ("argv", Ty::StrList),
             ("log_format", Ty::Str),
             ("observe", Ty::Bool),
+            ("instrument", Ty::Bool),
             ("env", Ty::StrList),
             ("cwd", Ty::Str),
         ],

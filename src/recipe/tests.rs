@@ -125,6 +125,7 @@ fn command_recipes_need_no_model() {
             argv: vec!["python".into(), "train.py".into()],
             log_format: crate::adapters::Choice::Auto,
             observe: true,
+            instrument: true,
             env: Vec::new(),
             cwd: r.command.as_ref().and_then(|c| c.cwd.clone()),
         })

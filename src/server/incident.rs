@@ -123,6 +123,10 @@ pub fn render(record: &RunRecord, v: &Verdict, analyzer: &Analyzer, stacks: Stac
         }
     }
 
+    if analyzer.ranks().values().any(|r| r.torch.is_some()) {
+        render_flight_recorders(&mut md, analyzer);
+    }
+
     let _ = writeln!(md, "\n## Stacks\n");
     match stacks {
         Stacks::Pending => {
@@ -148,6 +152,41 @@ pub fn render(record: &RunRecord, v: &Verdict, analyzer: &Analyzer, stacks: Stac
         record.id
     );
     md
+}
+
+/// PyTorch's flight recorders as the shims last dumped them: per rank and process group the last
+/// enqueued and completed sequence numbers, the collectives still open with their call sites, and
+/// where the main thread was.
+fn render_flight_recorders(md: &mut String, analyzer: &Analyzer) {
+    let _ = writeln!(
+        md,
+        "\n## Flight recorders (PyTorch)\n\n| rank | group | last enqueued | last completed | open collectives |\n| --- | --- | --- | --- | --- |"
+    );
+    for (k, r) in analyzer.ranks() {
+        let Some(snap) = &r.torch else { continue };
+        for g in &snap.dump.groups {
+            let open: Vec<String> = snap
+                .dump
+                .pending()
+                .filter(|e| e.group == g.name)
+                .map(|e| {
+                    let site = e.call_site().map(|f| format!(" at {}", f.site())).unwrap_or_default();
+                    format!("#{} {}{site}", e.seq, e.shape())
+                })
+                .collect();
+            let desc = if g.desc.is_empty() { String::new() } else { format!(" ({})", g.desc) };
+            let open = if open.is_empty() { "-".to_string() } else { open.join("; ") };
+            let _ = writeln!(md, "| {k} | {}{desc} | {} | {} | {open} |", g.name, g.last_enqueued, g.last_completed);
+        }
+    }
+    for (k, r) in analyzer.ranks() {
+        let Some(snap) = r.torch.as_ref().filter(|s| !s.main_stack.is_empty()) else { continue };
+        let _ = writeln!(md, "\nrank {k}'s main thread (the shim's last look, innermost first):\n\n```");
+        for f in &snap.main_stack {
+            let _ = writeln!(md, "  {} ({}:{})", f.name, f.file, f.line);
+        }
+        let _ = writeln!(md, "```");
+    }
 }
 
 fn samples(r: &RankState) -> String {

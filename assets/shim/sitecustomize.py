@@ -1,0 +1,169 @@
+"""Flightdeck's shim for Python ranks: no code change in the program.
+
+The agent writes this file into the run directory and puts its folder first on PYTHONPATH of
+every command rank (unless `[command] instrument = false`), so Python imports it at start-up.
+From a daemon thread it never raises into the program, and it does nothing until the program
+has initialised torch.distributed. Then, every FLIGHTDECK_SHIM_INTERVAL_MS (default 1000):
+
+- the flight recorder's dump, `torch._C._distributed_c10d._dump_fr_trace()` (the CPU recorder,
+  where gloo writes) into FLIGHTDECK_SHIM_DIR/shim_rank_<RANK>.pkl, and on CUDA builds with
+  NCCL `_dump_nccl_trace()` into shim_nccl_rank_<RANK>.pkl;
+- every Python thread's stack into shim_rank_<RANK>.stacks.json
+  ({"t_ms", "pid", "threads": [{"name", "id", "main", "frames": [{"name", "file", "line"}]}]}),
+
+each written to a temporary file and renamed, so a reader never sees half a file. A rank blocked
+in a collective still dumps: PyTorch releases the GIL while it waits. It also answers on the
+Unix socket FLIGHTDECK_SHIM_DIR/shim_rank_<RANK>.sock (RANK is torch.distributed.get_rank()), one line per request: "dump" (write both
+now; replies with their paths), "stacks" (replies with the stacks JSON), "ping" ("pong").
+
+Last, the sitecustomize this one shadows (Debian's, a virtualenv's) is imported as if ours
+were not there.
+"""
+import os
+import sys
+
+
+def _flightdeck_shim():
+    import json
+    import socket
+    import threading
+    import time
+    import traceback
+
+    out = os.environ.get("FLIGHTDECK_SHIM_DIR")
+    if not out:
+        return
+    interval_s = max(0.05, int(os.environ.get("FLIGHTDECK_SHIM_INTERVAL_MS", "1000")) / 1000.0)
+    lock = threading.Lock()
+    # Set once torch.distributed is up: a launcher (torchrun) or a data-loader worker spawned
+    # with the same environment never initialises it, so never dumps nor takes the socket.
+    where = {}
+
+    def put(path, data):
+        tmp = path + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+
+    def distributed():
+        td = sys.modules.get("torch.distributed")
+        try:
+            return td is not None and td.is_available() and td.is_initialized()
+        except Exception:
+            return False  # still importing
+
+    def stacks():
+        names = {t.ident: t.name for t in threading.enumerate()}
+        main = threading.main_thread().ident
+        me = threading.get_ident()
+        threads = []
+        for ident, frame in sys._current_frames().items():
+            if ident == me:
+                continue
+            frames = []
+            while frame is not None and len(frames) < 128:
+                code = frame.f_code
+                frames.append({"name": code.co_name, "file": code.co_filename, "line": frame.f_lineno})
+                frame = frame.f_back
+            threads.append({"name": names.get(ident, str(ident)), "id": ident, "main": ident == main, "frames": frames})
+        return json.dumps({"t_ms": int(time.time() * 1000), "pid": os.getpid(), "threads": threads}).encode()
+
+    def dump():
+        written = []
+        stem, rank = where["stem"], where["rank"]
+        with lock:
+            put(stem + ".stacks.json", stacks())
+            written.append(stem + ".stacks.json")
+            if distributed():
+                c10d = sys.modules["torch"]._C._distributed_c10d
+                put(stem + ".pkl", c10d._dump_fr_trace())
+                written.append(stem + ".pkl")
+                nccl = getattr(c10d, "_dump_nccl_trace", None)
+                cuda = sys.modules["torch"].cuda
+                if nccl is not None and cuda.is_available() and cuda.is_initialized():
+                    path = os.path.join(out, "shim_nccl_rank_" + rank + ".pkl")
+                    put(path, nccl())
+                    written.append(path)
+        return written
+
+    def periodic():
+        complained = False
+        while True:
+            time.sleep(interval_s)
+            if not distributed():
+                continue
+            if not where:
+                rank = str(sys.modules["torch.distributed"].get_rank())
+                where.update(rank=rank, stem=os.path.join(out, "shim_rank_" + rank))
+                threading.Thread(target=serve, name="flightdeck-shim-socket", daemon=True).start()
+            try:
+                dump()
+            except Exception:
+                if not complained:
+                    complained = True
+                    sys.stderr.write("flightdeck shim: dump failed (training on):\n" + traceback.format_exc())
+
+    def serve():
+        path = where["stem"] + ".sock"
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            srv.bind(path)
+            srv.listen(4)
+        except OSError as e:  # e.g. a path past the 107 bytes a socket's may have
+            sys.stderr.write("flightdeck shim: no socket at %s (%s); periodic dumps go on\n" % (path, e))
+            return
+        while True:
+            conn, _ = srv.accept()
+            with conn:
+                try:
+                    line = conn.makefile("rb").readline().strip()
+                    if line == b"dump":
+                        reply = ("\n".join(dump()) + "\n").encode()
+                    elif line == b"stacks":
+                        reply = stacks() + b"\n"
+                    elif line == b"ping":
+                        reply = b"pong\n"
+                    else:
+                        reply = b"error: unknown request; send dump, stacks or ping\n"
+                    conn.sendall(reply)
+                except Exception as e:
+                    try:
+                        conn.sendall(("error: %s\n" % e).encode())
+                    except OSError:
+                        pass
+
+    os.makedirs(out, exist_ok=True)
+    threading.Thread(target=periodic, name="flightdeck-shim", daemon=True).start()
+
+
+def _chain():
+    """Imports the sitecustomize that this one shadows, then stays the one registered."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    ours = sys.modules.get("sitecustomize")
+    saved = sys.path[:]
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    sys.modules.pop("sitecustomize", None)
+    try:
+        import importlib
+
+        importlib.import_module("sitecustomize")
+    except ImportError as e:
+        if e.name != "sitecustomize":
+            sys.stderr.write("flightdeck shim: the next sitecustomize failed: %r\n" % (e,))
+    except Exception as e:
+        sys.stderr.write("flightdeck shim: the next sitecustomize failed: %r\n" % (e,))
+    finally:
+        sys.path[:] = saved
+        if ours is not None:
+            sys.modules["sitecustomize"] = ours
+
+
+try:
+    _flightdeck_shim()
+except Exception as _e:
+    sys.stderr.write("flightdeck shim: off (%r); the program runs uninstrumented\n" % (_e,))
+_chain()

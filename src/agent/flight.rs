@@ -1,0 +1,126 @@
+//! Python ranks' flight recorders, as their shim (`assets/shim/sitecustomize.py`) writes them
+//! into the run directory about once a second: read when the files change, off the async
+//! thread, and sent upstream as `TorchFlight` snapshots (the analysis matches them per process
+//! group) and, for the default group, as the rank's collective records (the collectives panel,
+//! the heatmap, the straggler rule, the history).
+use super::Input;
+use crate::ids::{Rank, Step};
+use crate::paths::RunDirPaths;
+use crate::protocol::{AgentEvent, CollectiveRecord, CollectiveState, RankMsg};
+use crate::sync::lock;
+use crate::torchfr::{self, Dump, Entry, EntryState, Snapshot};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+use tokio::sync::mpsc;
+
+/// How often the files are looked at; the shim writes them each second.
+const POLL: Duration = Duration::from_millis(500);
+/// Retired entries per group kept in a snapshot, besides the pending ones.
+const KEEP_RETIRED: usize = 4;
+/// Frames of the main thread kept in a snapshot.
+const MAIN_FRAMES: usize = 32;
+/// PyTorch's name for the default process group.
+const DEFAULT_GROUP: &str = "0";
+
+/// Starts the polling thread; it ends when the agent's input channel closes.
+pub fn spawn(paths: RunDirPaths, pids: Arc<Mutex<Vec<(Rank, u32)>>>, tx: mpsc::Sender<Input>) {
+    std::thread::spawn(move || {
+        let mut ranks: HashMap<u32, Seen> = HashMap::new();
+        loop {
+            std::thread::sleep(POLL);
+            let live: Vec<Rank> = lock(&pids).iter().map(|(r, _)| *r).collect();
+            for rank in live {
+                let seen = ranks.entry(rank.0).or_default();
+                for event in seen.look(&paths, rank) {
+                    if tx.blocking_send(Input::Event(event)).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// What was already sent of one rank.
+#[derive(Default)]
+struct Seen {
+    stamp: Option<(SystemTime, u64)>,
+    /// Default-group sequence numbers sent as scheduled, and as completed.
+    scheduled: HashSet<u64>,
+    completed: HashSet<u64>,
+    complained: bool,
+}
+
+impl Seen {
+    /// The events for `rank` if its dump changed since the last look.
+    fn look(&mut self, paths: &RunDirPaths, rank: Rank) -> Vec<AgentEvent> {
+        let path = paths.shim_dump(rank.0);
+        let Ok(meta) = std::fs::metadata(&path) else { return Vec::new() };
+        let stamp = (meta.modified().unwrap_or(SystemTime::UNIX_EPOCH), meta.len());
+        if self.stamp == Some(stamp) {
+            return Vec::new();
+        }
+        self.stamp = Some(stamp);
+        let name = format!("fr/shim_rank_{}.pkl", rank.0);
+        let dump = match std::fs::read(&path).map_err(|e| e.to_string()).and_then(|b| {
+            torchfr::parse(&b, &name).map_err(|e| e.to_string())
+        }) {
+            Ok(d) => d,
+            Err(e) => return self.complain(rank, e),
+        };
+        let mut main_stack = std::fs::read(paths.shim_stacks(rank.0))
+            .ok()
+            .and_then(|b| torchfr::parse_main_stack(&b, "shim stacks").ok())
+            .unwrap_or_default();
+        main_stack.truncate(MAIN_FRAMES);
+        let mut out: Vec<AgentEvent> =
+            self.records(&dump).into_iter().map(|rec| AgentEvent::Rank { rank, msg: RankMsg::Collective(rec) }).collect();
+        let snapshot = Box::new(Snapshot { dump: dump.recent(KEEP_RETIRED), main_stack });
+        out.push(AgentEvent::TorchFlight { rank, snapshot });
+        out
+    }
+
+    /// The default group's entries not sent yet in their present state, oldest first.
+    fn records(&mut self, dump: &Dump) -> Vec<CollectiveRecord> {
+        let mut out = Vec::new();
+        for e in dump.entries.iter().filter(|e| e.group == DEFAULT_GROUP && !e.is_p2p) {
+            let Some(rec) = record(e) else { continue };
+            let done = e.retired || e.state == EntryState::Completed;
+            if self.scheduled.insert(e.seq) {
+                out.push(CollectiveRecord { state: CollectiveState::Scheduled, end_us: None, ..rec.clone() });
+            }
+            if done && self.completed.insert(e.seq) {
+                out.push(rec);
+            }
+        }
+        out
+    }
+
+    fn complain(&mut self, rank: Rank, reason: String) -> Vec<AgentEvent> {
+        if std::mem::replace(&mut self.complained, true) {
+            return Vec::new();
+        }
+        vec![AgentEvent::Notice { text: format!("rank {rank}: flight recorder unread: {reason}") }]
+    }
+}
+
+/// A recorder entry as the rank's collective record (None for an op the records do not name).
+fn record(e: &Entry) -> Option<CollectiveRecord> {
+    let op = e.collective_op()?;
+    let enqueue_us = e.created_ns / 1000;
+    let done = e.retired || e.state == EntryState::Completed;
+    let end_us = e.duration_ms.map(|ms| enqueue_us + (ms * 1000.0) as u64);
+    Some(CollectiveRecord {
+        seq: e.seq,
+        op,
+        dtype: e.input_dtypes.first().cloned().unwrap_or_default(),
+        elements: e.elements(),
+        bytes: e.bytes(),
+        enqueue_us,
+        start_us: None,
+        end_us,
+        state: if done { CollectiveState::Completed } else { CollectiveState::Scheduled },
+        step: Step(0),
+    })
+}

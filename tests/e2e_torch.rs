@@ -1,0 +1,131 @@
+//! Real PyTorch 2.11 programs under Flightdeck, unchanged: assets/examples/torch_ddp.py on 2
+//! gloo ranks, a fault injected by its own flag, named from the flight recorders that the shim
+//! dumps (the script imports nothing of Flightdeck).
+mod common;
+use common::*;
+use serde_json::Value;
+
+/// Kills the run when the test ends, passed or not: the faulty ranks never end by themselves.
+struct KillOnDrop<'a>(&'a Db, String);
+
+impl Drop for KillOnDrop<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.run(&["kill", &self.1]);
+    }
+}
+
+fn script() -> std::path::PathBuf {
+    repo().join("assets/examples/torch_ddp.py")
+}
+
+/// The script's line that holds `needle` (the call sites a verdict must name).
+fn line_of(needle: &str) -> usize {
+    let text = std::fs::read_to_string(script()).unwrap();
+    text.lines().position(|l| l.contains(needle)).map(|i| i + 1).unwrap_or_else(|| panic!("{needle:?} not in the script"))
+}
+
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
+}
+
+/// Starts the DDP example with `fault` on rank 1 at step 5; returns the run's id, its output
+/// and the first verdict line.
+fn hang(db: &Db, python: &std::path::Path, fault: &str) -> (std::process::Child, Lines, String, String) {
+    let recipe = db.path().join("ddp.toml");
+    let script = script();
+    let argv = [python.to_str().unwrap(), script.to_str().unwrap(), "--steps", "100000", "--log-every", "5", "--fault", fault];
+    command_recipe(&recipe, &format!("ddp-{fault}"), &argv, 2);
+    let mut child = db.spawn(&["run", recipe.to_str().unwrap(), "--headless"]);
+    let mut lines = stdout_lines(&mut child);
+    let first = read_until(&mut lines, |l| l.starts_with("run "));
+    let id = first.split_whitespace().nth(1).unwrap().trim_end_matches(':').to_string();
+    let verdict = read_until(&mut lines, |l| l.starts_with(&format!("{id} verdict ")));
+    (child, Box::new(lines), id, verdict)
+}
+
+type Lines = Box<dyn Iterator<Item = std::io::Result<String>>>;
+
+fn verdicts(db: &Db, id: &str, kind: &str) -> Vec<Value> {
+    let s = db.json(&["show", id, "--json"]);
+    s["verdicts"].as_array().unwrap().iter().filter(|v| v["kind"] == kind).cloned().collect()
+}
+
+/// When rank 1 says it injected the fault (`... (unix ms N)`).
+fn injected_ms(db: &Db, id: &str) -> u64 {
+    let log = db.path().join("runs").join(id).join("logs").join("rank-1.log");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let line = text.lines().find(|l| l.starts_with("injecting fault")).expect("the fault fired");
+    line.rsplit("unix ms ").next().and_then(|n| n.trim_end_matches(')').parse().ok()).expect("a stamp")
+}
+
+fn kill_and_finish(db: &Db, mut child: std::process::Child, mut lines: Lines, id: &str) {
+    let out = db.run(&["kill", id]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let end = read_until(&mut lines, |l| l.starts_with(&format!("run {id} ")));
+    assert!(end.contains("killed"), "{end}");
+    let _ = child.wait();
+    db.finish();
+}
+
+#[test]
+fn a_ddp_rank_asleep_before_a_collective_is_named_with_group_seq_op_line_and_its_own_stack() {
+    let Some(python) = venv_python() else {
+        skipped(file!(), "FD_VENV is not set (make test sets it)");
+        return;
+    };
+    let db = Db::new();
+    let (child, lines, id, line) = hang(&db, &python, "sleep");
+    let _guard = KillOnDrop(&db, id.clone());
+    let backward = format!("called at torch_ddp.py:{} (main)", line_of("loss.backward()"));
+    let asleep = format!("rank 1 is at torch_ddp.py:{} (inject)", line_of("time.sleep(3600)"));
+    for part in ["verdict never-entered", "rank 1 (local, pid", "never entered all_reduce of", "process group 0 (default_pg, ranks 0-1)", &backward, &asleep, "rank 0 waiting"] {
+        assert!(line.contains(part), "{part:?} not in {line}");
+    }
+    let v = &verdicts(&db, &id, "never-entered")[0];
+    assert_eq!(v["culprits"][0]["rank"], 1);
+    assert_eq!(v["waiting"], serde_json::json!([0]));
+    let seq = v["collective"]["seq"].as_u64().expect("the collective's seq");
+    assert!(line.contains(&format!(" #{seq} of process group 0")), "{line}");
+    assert_eq!(v["collective"]["op"], "all_reduce");
+    let ms = v["detected_ms"].as_u64().unwrap().saturating_sub(injected_ms(&db, &id));
+    println!("detection latency [torch never-entered]: {ms} ms from the injected fault to the verdict");
+
+    // The incident report carries the recorders' summary.
+    let md = std::fs::read_to_string(v["report_path"].as_str().expect("a report")).unwrap();
+    assert!(md.contains("## Flight recorders (PyTorch)"), "{md}");
+    assert!(md.contains(&format!("| 0 | 0 (default_pg) | {seq} | {} | #{seq} all_reduce of", seq - 1)), "{md}");
+    assert!(md.contains(&format!("| 1 | 0 (default_pg) | {0} | {0} | - |", seq - 1)), "{md}");
+
+    if on_path("py-spy") {
+        let report = db.json(&["stacks", &id, "--json"]);
+        let groups = report["groups"].as_array().unwrap();
+        assert_eq!(groups.len(), 2, "the waiting rank and the sleeping one apart: {report:#}");
+        let text = String::from_utf8_lossy(&db.run(&["stacks", &id]).stdout).to_string();
+        assert!(text.contains("inject") && text.contains("backward"), "Python frames of both ranks:\n{text}");
+    } else {
+        skipped(file!(), "the stacks part: py-spy is not on PATH (scripts/setup-pyspy.sh)");
+    }
+    kill_and_finish(&db, child, lines, &id);
+}
+
+#[test]
+fn a_ddp_rank_calling_another_collective_is_a_mismatch_named_with_its_line() {
+    let Some(python) = venv_python() else {
+        skipped(file!(), "FD_VENV is not set (make test sets it)");
+        return;
+    };
+    let db = Db::new();
+    let (child, lines, id, line) = hang(&db, &python, "op");
+    let _guard = KillOnDrop(&db, id.clone());
+    let at = format!("at torch_ddp.py:{} (inject)", line_of("dist.broadcast(torch.zeros(7)"));
+    for part in ["verdict mismatch", "of process group 0 (default_pg, ranks 0-1)", "rank 1 (local, pid", "entered it as broadcast of 7 Float elements ([[7]])", "rank 0 as all_reduce of"] {
+        assert!(line.contains(part), "{part:?} not in {line}");
+    }
+    let v = &verdicts(&db, &id, "mismatch")[0];
+    assert_eq!(v["culprits"][0]["rank"], 1);
+    let detail = v["culprits"][0]["detail"].as_str().unwrap();
+    assert!(detail.contains(&at), "{at:?} not in {detail}");
+    let ms = v["detected_ms"].as_u64().unwrap().saturating_sub(injected_ms(&db, &id));
+    println!("detection latency [torch mismatch]: {ms} ms from the injected fault to the verdict");
+    kill_and_finish(&db, child, lines, &id);
+}
