@@ -78,7 +78,7 @@ lint: deps $(TORCH_ENV)
 
 # Benchmarks against their references; results land in docs/benchmarks.md. Never part of
 # `make test`. BENCH_REPS / BENCH_HISTORY_REPS change the repetitions per side.
-.PHONY: bench bench-train bench-allreduce bench-overhead bench-history bench-fanout bench-tensorboard bench-parselog
+.PHONY: bench bench-train bench-allreduce bench-overhead bench-history bench-fanout bench-tensorboard bench-parselog bench-torch
 bench: build bench-tensorboard
 	scripts/bench.sh all
 
@@ -87,6 +87,9 @@ bench-train: build
 
 bench-parselog: build
 	scripts/bench.sh parselog
+
+bench-torch: build
+	scripts/bench.sh torch
 
 bench-allreduce: build
 	scripts/bench.sh allreduce

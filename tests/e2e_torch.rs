@@ -21,7 +21,10 @@ fn script() -> std::path::PathBuf {
 /// The script's line that holds `needle` (the call sites a verdict must name).
 fn line_of(needle: &str) -> usize {
     let text = std::fs::read_to_string(script()).unwrap();
-    text.lines().position(|l| l.contains(needle)).map(|i| i + 1).unwrap_or_else(|| panic!("{needle:?} not in the script"))
+    text.lines()
+        .position(|l| l.contains(needle))
+        .map(|i| i + 1)
+        .unwrap_or_else(|| panic!("{needle:?} not in the script"))
 }
 
 fn on_path(program: &str) -> bool {
@@ -33,7 +36,8 @@ fn on_path(program: &str) -> bool {
 fn hang(db: &Db, python: &std::path::Path, fault: &str) -> (std::process::Child, Lines, String, String) {
     let recipe = db.path().join("ddp.toml");
     let script = script();
-    let argv = [python.to_str().unwrap(), script.to_str().unwrap(), "--steps", "100000", "--log-every", "5", "--fault", fault];
+    let argv =
+        [python.to_str().unwrap(), script.to_str().unwrap(), "--steps", "100000", "--log-every", "5", "--fault", fault];
     command_recipe(&recipe, &format!("ddp-{fault}"), &argv, 2);
     let mut child = db.spawn(&["run", recipe.to_str().unwrap(), "--headless"]);
     let mut lines = stdout_lines(&mut child);
@@ -78,7 +82,15 @@ fn a_ddp_rank_asleep_before_a_collective_is_named_with_group_seq_op_line_and_its
     let _guard = KillOnDrop(&db, id.clone());
     let backward = format!("called at torch_ddp.py:{} (main)", line_of("loss.backward()"));
     let asleep = format!("rank 1 is at torch_ddp.py:{} (inject)", line_of("time.sleep(3600)"));
-    for part in ["verdict never-entered", "rank 1 (local, pid", "never entered all_reduce of", "process group 0 (default_pg, ranks 0-1)", &backward, &asleep, "rank 0 waiting"] {
+    for part in [
+        "verdict never-entered",
+        "rank 1 (local, pid",
+        "never entered all_reduce of",
+        "process group 0 (default_pg, ranks 0-1)",
+        &backward,
+        &asleep,
+        "rank 0 waiting",
+    ] {
         assert!(line.contains(part), "{part:?} not in {line}");
     }
     let v = &verdicts(&db, &id, "never-entered")[0];
@@ -118,7 +130,13 @@ fn a_ddp_rank_calling_another_collective_is_a_mismatch_named_with_its_line() {
     let (child, lines, id, line) = hang(&db, &python, "op");
     let _guard = KillOnDrop(&db, id.clone());
     let at = format!("at torch_ddp.py:{} (inject)", line_of("dist.broadcast(torch.zeros(7)"));
-    for part in ["verdict mismatch", "of process group 0 (default_pg, ranks 0-1)", "rank 1 (local, pid", "entered it as broadcast of 7 Float elements ([[7]])", "rank 0 as all_reduce of"] {
+    for part in [
+        "verdict mismatch",
+        "of process group 0 (default_pg, ranks 0-1)",
+        "rank 1 (local, pid",
+        "entered it as broadcast of 7 Float elements ([[7]])",
+        "rank 0 as all_reduce of",
+    ] {
         assert!(line.contains(part), "{part:?} not in {line}");
     }
     let v = &verdicts(&db, &id, "mismatch")[0];

@@ -1,7 +1,7 @@
 """`make bench*`: runs benchmarks side by side with their references, prints each table, and
 rewrites each one's section of docs/benchmarks.md (between `<!-- bench:NAME:begin/end -->`).
 
-usage: bench.py [train|allreduce|overhead|history|fanout|parselog|all]...   (scripts/bench.sh sets the tools)
+usage: bench.py [train|allreduce|overhead|history|fanout|parselog|torch|all]...   (scripts/bench.sh sets the tools)
 Time: BENCH_BUDGET_S (default 1080 s for all four) is shared out by weight; each benchmark
 runs the repetitions it wants (BENCH_REPS, BENCH_HISTORY_REPS) while they fit in its share,
 and never fewer than its minimum. The doc's reps column says how many ran.
@@ -16,6 +16,7 @@ import fanout
 import history
 import overhead
 import parselog
+import torchjob
 import train
 from common import Tools, loadavg, stamp, write_section
 
@@ -27,6 +28,7 @@ BENCHES = {
     "history": ("History: write and load", history, ("tensorboard",), 0.48),
     "fanout": ("SSH fan-out", fanout, (), 0.05),
     "parselog": ("Log adapters: parse-log and the live path", parselog, (), 0.06),
+    "torch": ("Real PyTorch jobs: the shim's cost and hang detection", torchjob, (), 0.12),
 }
 DEFAULT_BUDGET_S = 1080
 

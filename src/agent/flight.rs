@@ -63,9 +63,10 @@ impl Seen {
         }
         self.stamp = Some(stamp);
         let name = format!("fr/shim_rank_{}.pkl", rank.0);
-        let dump = match std::fs::read(&path).map_err(|e| e.to_string()).and_then(|b| {
-            torchfr::parse(&b, &name).map_err(|e| e.to_string())
-        }) {
+        let dump = match std::fs::read(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|b| torchfr::parse(&b, &name).map_err(|e| e.to_string()))
+        {
             Ok(d) => d,
             Err(e) => return self.complain(rank, e),
         };
@@ -74,8 +75,11 @@ impl Seen {
             .and_then(|b| torchfr::parse_main_stack(&b, "shim stacks").ok())
             .unwrap_or_default();
         main_stack.truncate(MAIN_FRAMES);
-        let mut out: Vec<AgentEvent> =
-            self.records(&dump).into_iter().map(|rec| AgentEvent::Rank { rank, msg: RankMsg::Collective(rec) }).collect();
+        let mut out: Vec<AgentEvent> = self
+            .records(&dump)
+            .into_iter()
+            .map(|rec| AgentEvent::Rank { rank, msg: RankMsg::Collective(rec) })
+            .collect();
         let snapshot = Box::new(Snapshot { dump: dump.recent(KEEP_RETIRED), main_stack });
         out.push(AgentEvent::TorchFlight { rank, snapshot });
         out

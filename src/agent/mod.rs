@@ -3,6 +3,7 @@
 //! Started detached (its own session) so a run outlives the server, the cockpit and the SSH
 //! session. The run's state on this node has one owner (`owner.rs`, a pure step function);
 //! this file's loop turns the tasks' `Input`s into its steps and carries out the `Effect`s.
+mod flight;
 mod input;
 mod link;
 pub mod nvml;
@@ -12,7 +13,6 @@ mod output;
 mod owner;
 mod ranks;
 pub mod remote;
-mod flight;
 mod sampler;
 pub mod stacks;
 mod telemetry;

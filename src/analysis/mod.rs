@@ -332,7 +332,8 @@ impl Analyzer {
         if self.armed && !silent && now_ms.saturating_sub(self.last_progress_ms) >= self.hang_threshold_ms() {
             // A PyTorch program's recorders, matched per process group, say more when they have it.
             let since = self.last_progress_ms;
-            let v = torch::judge(&self.ranks, since, now_ms).unwrap_or_else(|| classify::hang(&self.ranks, since, now_ms));
+            let v =
+                torch::judge(&self.ranks, since, now_ms).unwrap_or_else(|| classify::hang(&self.ranks, since, now_ms));
             self.hang = Some((v.clone(), false));
             out.push(v);
         }

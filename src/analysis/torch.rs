@@ -31,9 +31,7 @@ pub fn judge(ranks: &BTreeMap<u32, RankState>, since_ms: u64, now_ms: u64) -> Op
     let pick = findings
         .iter()
         .find(|f| f.kind == VerdictKind::Mismatch)
-        .or_else(|| {
-            findings.iter().filter(|f| f.kind == VerdictKind::NeverEntered).min_by_key(|f| f.members.len())
-        })
+        .or_else(|| findings.iter().filter(|f| f.kind == VerdictKind::NeverEntered).min_by_key(|f| f.members.len()))
         .or_else(|| findings.iter().find(|f| f.kind == VerdictKind::StuckInCollective))?;
     Some(pick.verdict(ranks, &dumps, since_ms, now_ms))
 }
@@ -121,7 +119,8 @@ fn examine<'a>(g: &'a Group, dumps: &BTreeMap<u32, &'a Dump>, ranks: &BTreeMap<u
     let idle: Vec<u32> = behind.iter().copied().filter(|k| !inside(k)).collect();
     if !idle.is_empty() {
         // Held up: every rank inside a collective, in this group or another.
-        let waiting = dumps.keys().copied().filter(|k| inside(k) && ranks.get(k).is_some_and(RankState::live)).collect();
+        let waiting =
+            dumps.keys().copied().filter(|k| inside(k) && ranks.get(k).is_some_and(RankState::live)).collect();
         return Some(Finding {
             kind: VerdictKind::NeverEntered,
             group: g,
@@ -149,7 +148,13 @@ fn examine<'a>(g: &'a Group, dumps: &BTreeMap<u32, &'a Dump>, ranks: &BTreeMap<u
 }
 
 impl Finding<'_> {
-    fn verdict(&self, ranks: &BTreeMap<u32, RankState>, dumps: &BTreeMap<u32, &Dump>, since_ms: u64, now_ms: u64) -> Verdict {
+    fn verdict(
+        &self,
+        ranks: &BTreeMap<u32, RankState>,
+        dumps: &BTreeMap<u32, &Dump>,
+        since_ms: u64,
+        now_ms: u64,
+    ) -> Verdict {
         let empty = RankState::default();
         let state = |k: u32| ranks.get(&k).unwrap_or(&empty);
         let group = group_name(self.group, &self.members);
@@ -179,7 +184,9 @@ impl Finding<'_> {
                     culprit(*k, state(*k), detail)
                 })
                 .collect(),
-            _ => self.culprits.iter().map(|k| culprit(*k, state(*k), format!("inside {what}, not completed"))).collect(),
+            _ => {
+                self.culprits.iter().map(|k| culprit(*k, state(*k), format!("inside {what}, not completed"))).collect()
+            }
         };
         let summary = match self.kind {
             VerdictKind::Mismatch => {

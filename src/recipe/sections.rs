@@ -207,7 +207,14 @@ impl Check<'_> {
             Some(dir) => Some(self.base.map_or(dir.clone(), |b| b.join(&dir))),
             None => self.base.map(std::path::Path::to_path_buf),
         };
-        Ok(Some(Command { argv, log_format, observe: raw.observe.unwrap_or(true), instrument: raw.instrument.unwrap_or(true), env, cwd }))
+        Ok(Some(Command {
+            argv,
+            log_format,
+            observe: raw.observe.unwrap_or(true),
+            instrument: raw.instrument.unwrap_or(true),
+            env,
+            cwd,
+        }))
     }
 
     pub(super) fn cluster(&self, raw: RawCluster) -> R<Cluster> {

@@ -221,10 +221,8 @@ pub fn parse_main_stack(bytes: &[u8], source_name: &str) -> Result<Vec<Frame>, D
         #[serde(default)]
         frames: Vec<Frame>,
     }
-    let stacks: Stacks = serde_json::from_slice(bytes).map_err(|e| DumpError::Stacks {
-        source_name: source_name.to_string(),
-        reason: e.to_string(),
-    })?;
+    let stacks: Stacks = serde_json::from_slice(bytes)
+        .map_err(|e| DumpError::Stacks { source_name: source_name.to_string(), reason: e.to_string() })?;
     Ok(stacks.threads.into_iter().find(|t| t.main).map(|t| t.frames).unwrap_or_default())
 }
 

@@ -243,18 +243,24 @@ impl Reader<'_> {
     fn extend(&mut self, items: Vec<usize>) -> Result<(), PickleError> {
         let target = self.top()?;
         match &mut self.nodes[target] {
-            Node::List(l) => Ok(l.extend(items)),
+            Node::List(l) => {
+                l.extend(items);
+                Ok(())
+            }
             _ => Err(self.malformed("APPEND onto something that is not a list")),
         }
     }
 
     fn set(&mut self, items: Vec<usize>) -> Result<(), PickleError> {
-        if items.len() % 2 != 0 {
+        if !items.len().is_multiple_of(2) {
             return Err(self.malformed("SETITEMS with a key and no value"));
         }
         let target = self.top()?;
         match &mut self.nodes[target] {
-            Node::Dict(d) => Ok(d.extend(items.chunks(2).map(|kv| (kv[0], kv[1])))),
+            Node::Dict(d) => {
+                d.extend(items.chunks(2).map(|kv| (kv[0], kv[1])));
+                Ok(())
+            }
             _ => Err(self.malformed("SETITEM onto something that is not a dict")),
         }
     }

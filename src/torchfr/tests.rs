@@ -19,7 +19,10 @@ fn a_gloo_dump_gives_its_groups_sequences_and_the_pending_all_reduce_with_its_ca
     let pending: Vec<&Entry> = d.pending().collect();
     assert_eq!(pending.len(), 1, "{pending:?}");
     let e = pending[0];
-    assert_eq!((e.seq, e.name.as_str(), e.op(), e.input_sizes.clone()), (8, "gloo:all_reduce", "all_reduce", vec![vec![81]]));
+    assert_eq!(
+        (e.seq, e.name.as_str(), e.op(), e.input_sizes.clone()),
+        (8, "gloo:all_reduce", "all_reduce", vec![vec![81]])
+    );
     assert_eq!((e.elements(), e.bytes(), e.collective_op()), (81, 324, Some(CollectiveOp::AllReduce)));
     assert_eq!(e.state, EntryState::Scheduled, "gloo never marks a state past scheduled");
     assert!(e.created_ns > 1_700_000_000_000_000_000, "epoch ns: {}", e.created_ns);
@@ -48,7 +51,10 @@ fn the_json_variant_reads_the_same_sequences_without_frames() {
     assert_eq!(json.groups, pickle.groups, "string statuses read as numbers");
     assert_eq!(json.entries.len(), pickle.entries.len());
     let (j, p) = (json.entries.last().expect("entries"), pickle.entries.last().expect("entries"));
-    assert_eq!((j.seq, &j.name, &j.input_sizes, j.retired, j.created_ns), (p.seq, &p.name, &p.input_sizes, p.retired, p.created_ns));
+    assert_eq!(
+        (j.seq, &j.name, &j.input_sizes, j.retired, j.created_ns),
+        (p.seq, &p.name, &p.input_sizes, p.retired, p.created_ns)
+    );
     assert!(j.frames.is_empty() && j.duration_ms.is_none(), "0 in the JSON is no duration");
 }
 
@@ -79,11 +85,9 @@ fn recent_keeps_the_pending_and_the_last_entries_of_each_group() {
 
 #[test]
 fn bad_bytes_name_the_input_and_what_a_dump_is() {
-    for (bytes, want) in [
-        (&b"\x80\x02}q\x00(X\x07"[..], "pickle"),
-        (&b"{\"entries\": 7}"[..], "JSON"),
-        (&b""[..], "pickle"),
-    ] {
+    for (bytes, want) in
+        [(&b"\x80\x02}q\x00(X\x07"[..], "pickle"), (&b"{\"entries\": 7}"[..], "JSON"), (&b""[..], "pickle")]
+    {
         let e = parse(bytes, "fr/shim_rank_3.pkl").expect_err("not a dump").to_string();
         assert!(e.starts_with("fr/shim_rank_3.pkl: not a flight-recorder dump"), "{e}");
         assert!(e.contains(want) && e.contains("_dump_fr_trace"), "{e}");
