@@ -120,8 +120,8 @@ def run(tools, deadline, out=print):
         + "\n\n"
         + table(["hang", "Flightdeck: fault to verdict", "PyTorch 2.11 alone (same run)", "PyTorch's defaults elsewhere", "reps"], hang_rows)
         + "\n\nThe shim's cost is one `_dump_fr_trace()` and one walk of the Python stacks each second "
-        "in a daemon thread, holding the GIL while it pickles; the noise between runs of the same "
-        "side is of the same order, so read the min-to-max with the median."
+        "in a daemon thread, holding the GIL while it pickles the whole 2000-entry ring with its "
+        "frames; compare the shim-on median with the shim-off side's min-to-max (its noise)."
     )
     repro = [
         f"- shim: `flightdeck run` of `{cmd(['python', 'assets/examples/torch_ddp.py', '--steps', str(STEPS), '--log-every', '50'])}` "
