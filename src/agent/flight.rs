@@ -8,7 +8,7 @@ use crate::ids::{Rank, Step};
 use crate::paths::RunDirPaths;
 use crate::protocol::{AgentEvent, CollectiveRecord, CollectiveState, RankMsg};
 use crate::sync::lock;
-use crate::torchfr::{self, Dump, Entry, EntryState, Snapshot};
+use crate::torchfr::{self, Dump, Entry, Snapshot};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -90,11 +90,10 @@ impl Seen {
         let mut out = Vec::new();
         for e in dump.entries.iter().filter(|e| e.group == DEFAULT_GROUP && !e.is_p2p) {
             let Some(rec) = record(e) else { continue };
-            let done = e.retired || e.state == EntryState::Completed;
             if self.scheduled.insert(e.seq) {
                 out.push(CollectiveRecord { state: CollectiveState::Scheduled, end_us: None, ..rec.clone() });
             }
-            if done && self.completed.insert(e.seq) {
+            if e.finished() && self.completed.insert(e.seq) {
                 out.push(rec);
             }
         }
@@ -113,7 +112,6 @@ impl Seen {
 fn record(e: &Entry) -> Option<CollectiveRecord> {
     let op = e.collective_op()?;
     let enqueue_us = e.created_ns / 1000;
-    let done = e.retired || e.state == EntryState::Completed;
     let end_us = e.duration_ms.map(|ms| enqueue_us + (ms * 1000.0) as u64);
     Some(CollectiveRecord {
         seq: e.seq,
@@ -124,7 +122,7 @@ fn record(e: &Entry) -> Option<CollectiveRecord> {
         enqueue_us,
         start_us: None,
         end_us,
-        state: if done { CollectiveState::Completed } else { CollectiveState::Scheduled },
+        state: if e.finished() { CollectiveState::Completed } else { CollectiveState::Scheduled },
         step: Step(0),
     })
 }

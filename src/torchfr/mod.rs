@@ -129,6 +129,11 @@ impl Entry {
         format!("{} of {} {dtype} elements ([{}])", self.op(), self.elements(), sizes.join(", "))
     }
 
+    /// Completed: retired from the watchdog's list (on gloo the only sign) or marked completed.
+    pub fn finished(&self) -> bool {
+        self.retired || self.state == EntryState::Completed
+    }
+
     /// Bytes over all inputs, by the first input's dtype.
     pub fn bytes(&self) -> u64 {
         self.elements() * self.input_dtypes.first().map_or(4, |d| dtype_bytes(d))
@@ -168,7 +173,7 @@ impl Dump {
 
     /// Entries not yet completed: the collectives the rank is inside.
     pub fn pending(&self) -> impl Iterator<Item = &Entry> {
-        self.entries.iter().filter(|e| !e.retired && e.state != EntryState::Completed && !e.is_p2p)
+        self.entries.iter().filter(|e| !e.finished() && !e.is_p2p)
     }
 
     /// What the analysis needs, small enough to send every second: every pending entry and the
@@ -181,13 +186,8 @@ impl Dump {
                 kept[*i] = true;
             }
         }
-        let entries = self
-            .entries
-            .iter()
-            .zip(kept)
-            .filter(|(e, k)| *k || (!e.retired && e.state != EntryState::Completed))
-            .map(|(e, _)| e.clone())
-            .collect();
+        let entries =
+            self.entries.iter().zip(kept).filter(|(e, k)| *k || !e.finished()).map(|(e, _)| e.clone()).collect();
         Dump { version: self.version.clone(), groups: self.groups.clone(), entries }
     }
 
@@ -364,10 +364,8 @@ impl RawDump {
         // The entries themselves, where the status is missing or behind (older dumps).
         for g in &mut groups {
             let mine = entries.iter().filter(|e| e.group == g.name && !e.is_p2p);
-            let (enq, done) = mine.fold((0, 0), |(enq, done), e| {
-                let finished = e.retired || e.state == EntryState::Completed;
-                (enq.max(e.seq), if finished { done.max(e.seq) } else { done })
-            });
+            let (enq, done) =
+                mine.fold((0, 0), |(enq, done), e| (enq.max(e.seq), if e.finished() { done.max(e.seq) } else { done }));
             (g.last_enqueued, g.last_completed) = (g.last_enqueued.max(enq), g.last_completed.max(done));
         }
         Ok(Dump { version: self.version, groups, entries })
