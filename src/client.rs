@@ -13,29 +13,32 @@ pub struct Client {
 }
 
 impl Client {
-    /// Connects to the server of `db`, starting one if none is running.
+    /// Connects to the server of `db`, starting one if none is running. A server that is
+    /// exiting as we arrive (idle: no run, no client) refuses, or closes the connection before
+    /// the handshake: then a new one is started, or the one another client is starting is
+    /// waited for, and the connection is tried again.
     pub async fn connect(db: &DbPaths) -> anyhow::Result<Client> {
-        let stream = match UnixStream::connect(db.server_socket()).await {
-            Ok(s) => s,
-            Err(_) => {
-                let db2 = db.clone();
-                tokio::task::spawn_blocking(move || start_server(&db2)).await??;
-                connect_with_retry(db).await?
+        let mut last = None;
+        for attempt in 0..CONNECT_ATTEMPTS {
+            match handshake(db).await {
+                Ok(client) => return Ok(client),
+                Err(Handshake::Version(theirs)) => anyhow::bail!(
+                    "the server of {} speaks protocol {theirs}, this client {PROTOCOL_VERSION}: stop it and retry",
+                    db.root.display()
+                ),
+                Err(Handshake::Unreachable(e)) => last = Some(e),
             }
-        };
-        let (mut rd, mut wr) = stream.into_split();
-        write_frame_async(&mut wr, &Hello::new(Role::Client, "local")).await?;
-        let hello: Hello = read_frame_async(&mut rd)
-            .await?
-            .ok_or_else(|| anyhow::anyhow!("the server closed the connection during the handshake"))?;
-        if hello.protocol_version != PROTOCOL_VERSION {
-            anyhow::bail!(
-                "the server of {} speaks protocol {}, this client {PROTOCOL_VERSION}: stop it and retry",
-                db.root.display(),
-                hello.protocol_version
-            );
+            if attempt > 0 {
+                tokio::time::sleep(CONNECT_RETRY).await;
+            }
+            let db2 = db.clone();
+            tokio::task::spawn_blocking(move || start_server(&db2)).await??;
         }
-        Ok(Client { rd, wr })
+        Err(anyhow::anyhow!(
+            "cannot reach the server at {}: {}",
+            db.server_socket().display(),
+            last.map(|e| format!("{e:#}")).unwrap_or_default()
+        ))
     }
 
     /// Sends a request and waits for its one reply.
@@ -63,7 +66,8 @@ impl Client {
 }
 
 /// Starts `flightdeck server` in its own session and waits for its "ready" line. A server that
-/// lost the race for the database lock prints nothing and exits: the winner is then connected.
+/// lost the race for the database lock (another is starting, or one is exiting) says so on its
+/// last stderr line and exits: the caller then tries to connect again.
 fn start_server(db: &DbPaths) -> anyhow::Result<()> {
     std::fs::create_dir_all(&db.root).with_context(|| format!("creating {}", db.root.display()))?;
     let exe = std::env::current_exe().context("locating the flightdeck executable")?;
@@ -71,8 +75,7 @@ fn start_server(db: &DbPaths) -> anyhow::Result<()> {
     cmd.arg("--db").arg(&db.root).arg("server");
     let stderr_log = db.root.join("server.stderr");
     let ready = crate::detach::spawn_until_ready(cmd, &stderr_log).context("starting the flightdeck server")?;
-    let stderr = std::fs::read_to_string(&stderr_log).unwrap_or_default();
-    if !ready && !stderr.contains("already owns") {
+    if !ready && !crate::detach::log_tail(&stderr_log, 1).contains("already owns") {
         anyhow::bail!(
             "the server for {} did not start: {}",
             db.root.display(),
@@ -82,19 +85,29 @@ fn start_server(db: &DbPaths) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Only reached when another client's server won the race and may still be binding.
-async fn connect_with_retry(db: &DbPaths) -> anyhow::Result<UnixStream> {
-    let mut last_err = None;
-    for _ in 0..100 {
-        match UnixStream::connect(db.server_socket()).await {
-            Ok(s) => return Ok(s),
-            Err(e) => last_err = Some(e),
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+/// Why a connection attempt gave no client.
+enum Handshake {
+    /// No socket, refused, or closed before the handshake ended: worth another try.
+    Unreachable(anyhow::Error),
+    /// A server of another build: trying again will not help.
+    Version(u32),
+}
+
+/// Tries for about five seconds: long enough for an exiting server to let go of the lock.
+const CONNECT_ATTEMPTS: u32 = 100;
+const CONNECT_RETRY: Duration = Duration::from_millis(50);
+
+async fn handshake(db: &DbPaths) -> Result<Client, Handshake> {
+    let unreachable = |e: anyhow::Error| Handshake::Unreachable(e);
+    let stream = UnixStream::connect(db.server_socket()).await.map_err(|e| unreachable(e.into()))?;
+    let (mut rd, mut wr) = stream.into_split();
+    write_frame_async(&mut wr, &Hello::new(Role::Client, "local")).await.map_err(|e| unreachable(e.into()))?;
+    let hello: Hello = read_frame_async(&mut rd)
+        .await
+        .map_err(|e| unreachable(e.into()))?
+        .ok_or_else(|| unreachable(anyhow::anyhow!("the server closed the connection during the handshake")))?;
+    if hello.protocol_version != PROTOCOL_VERSION {
+        return Err(Handshake::Version(hello.protocol_version));
     }
-    Err(anyhow::anyhow!(
-        "cannot reach the server at {}: {}",
-        db.server_socket().display(),
-        last_err.map(|e| e.to_string()).unwrap_or_default()
-    ))
+    Ok(Client { rd, wr })
 }

@@ -78,14 +78,19 @@ fn idle_grace() -> Duration {
 /// already owns this database.
 pub fn main(db: DbPaths, foreground: bool) -> anyhow::Result<()> {
     std::fs::create_dir_all(&db.root).with_context(|| format!("creating {}", db.root.display()))?;
-    let Some(_lock) = take_lock(&db)? else {
+    let Some(lock) = take_lock(&db)? else {
         eprintln!("a server already owns {}", db.root.display());
         return Ok(());
     };
     init_logging(&db, foreground);
     let store = Store::open(&db.sled()).with_context(|| format!("opening {}", db.sled().display()))?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    rt.block_on(serve(db, store))
+    let served = rt.block_on(serve(db, store));
+    // sled's own threads may hold the database's file lock a moment past the store's drop: the
+    // server lock goes with the process's exit, after them, so a new server never finds the
+    // lock free and the database still held.
+    std::mem::forget(lock);
+    served
 }
 
 /// An exclusive flock on `server.lock`, held for the life of the process.
@@ -135,6 +140,8 @@ async fn serve(db: DbPaths, store: Store) -> anyhow::Result<()> {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
+                    // A client that comes and goes between two idle checks still counts.
+                    idle_since = tokio::time::Instant::now();
                     let shared = shared.clone();
                     shared.clients.fetch_add(1, Ordering::SeqCst);
                     tokio::spawn(async move {
