@@ -208,10 +208,12 @@ pub struct Skipped {
     pub invalid_utf8: u64,
 }
 
-/// One stream's reader: holds only what multi-line records need (torchrun's failure block).
+/// One stream's reader: holds only what multi-line records need (torchrun's failure block,
+/// DeepSpeed's comms summary table).
 pub struct LogReader {
     choice: Choice,
     failures: failures::Failures,
+    comms: deepspeed::CommsTable,
     pub skipped: Skipped,
 }
 
@@ -229,7 +231,12 @@ const AUTO: [Format; 8] = [
 
 impl LogReader {
     pub fn new(choice: Choice) -> LogReader {
-        LogReader { choice, failures: failures::Failures::default(), skipped: Skipped::default() }
+        LogReader {
+            choice,
+            failures: failures::Failures::default(),
+            comms: deepspeed::CommsTable::default(),
+            skipped: Skipped::default(),
+        }
     }
 
     /// Reads line `line` (1-based; `raw` without its newline) and returns the records it
@@ -253,6 +260,11 @@ impl LogReader {
         }
         if let Some(records) = self.failures.push(line, &text) {
             return records;
+        }
+        if matches!(self.choice, Choice::Auto | Choice::One(Format::Deepspeed)) {
+            if let Some(records) = self.comms.push(line, &text) {
+                return records;
+            }
         }
         let record = match self.choice {
             Choice::One(Format::Failures) | Choice::None => None,

@@ -59,10 +59,34 @@ fn lines_that_only_look_like_metrics_give_nothing() {
         "iteration limit reached",
         "step 3 finished",
         "Loading: 100%|██████████| 2/2",
+        // A comms-summary row outside its table (no header, no op above it).
+        "                    1.0 MB              100                 100.00              23.46               1.00                0.23",
     ];
     for t in traps {
         assert_eq!(as_json(&read(Choice::Auto, t.as_bytes())), Vec::<serde_json::Value>::new(), "{t}");
     }
+}
+
+#[test]
+fn the_comms_table_ends_at_the_first_line_that_is_not_its_own() {
+    let header = format!(
+        "{:<20}{:<20}{:<20}{:<20}{:<20}",
+        "Comm. Op", "Message Size", "Count", "Total Latency(ms)", "Avg Latency(ms)"
+    );
+    let row =
+        format!("{:<20}{:<20}{:<20}{:<20}{:<20}{:<20}{:<20}", " ", "4.0 MB", 4, "10.50", "2.62", "12.78", "12.78");
+    // A row before any op line is no record; a sentence ends the table, so a later row is none either.
+    let text =
+        [header.as_str(), row.as_str(), "all_gather", row.as_str(), "Training finished after 3 steps", row.as_str()];
+    let records = read(Choice::Auto, text.join("\n").as_bytes());
+    assert_eq!(records.len(), 1, "{records:#?}");
+    assert_eq!(records[0].line, 4);
+    assert_eq!(records[0].label("op"), Some(&Label::Text("all_gather".into())));
+    assert_eq!(
+        read(Choice::One(Format::Hf), text.join("\n").as_bytes()),
+        Vec::new(),
+        "only auto and deepspeed read it"
+    );
 }
 
 #[test]
