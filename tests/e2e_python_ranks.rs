@@ -78,15 +78,37 @@ fn stacks_of_python_ranks_come_from_py_spy_with_the_sleeping_rank_apart() {
 
 #[test]
 fn a_real_ddp_job_has_each_ranks_loss_and_step_time_from_its_printed_dicts() {
+    if let Some(db) = ddp_job_metrics("") {
+        db.finish();
+    }
+}
+
+#[test]
+fn a_ddp_job_under_torchrun_has_each_ranks_loss_and_step_time_too() {
+    let Some(db) = ddp_job_metrics("launcher = \"torchrun\"\n") else { return };
+    let id = db.json(&["runs", "--json"])["runs"][0]["id"].as_str().unwrap().to_string();
+    let logs = db.path().join("runs").join(id).join("logs");
+    let torchrun =
+        std::fs::read_to_string(logs.join("torchrun.log")).expect("torchrun's own output has a log of its own");
+    assert!(torchrun.contains("OMP_NUM_THREADS"), "{torchrun}");
+    let rank_log = std::fs::read_to_string(logs.join("rank-1.log")).unwrap();
+    assert!(rank_log.contains("'step': 30"), "rank 1's file, tailed to its end: {rank_log}");
+    assert!(!rank_log.contains("OMP_NUM_THREADS"), "torchrun's lines are not rank 1's");
+    db.finish();
+}
+
+/// Runs torch_ddp.py on 2 ranks (`command`: more `[command]` lines) and checks each rank's
+/// series; `None` where the venv is missing (reported skipped).
+fn ddp_job_metrics(command: &str) -> Option<Db> {
     let Some(python) = venv_python() else {
         skipped(file!(), "FD_VENV is not set (make test sets it)");
-        return;
+        return None;
     };
     let db = Db::new();
     let script = repo().join("assets/examples/torch_ddp.py");
     let recipe = db.path().join("ddp.toml");
     let argv = [python.to_str().unwrap(), script.to_str().unwrap(), "--steps", "30", "--log-every", "5"];
-    command_recipe(&recipe, "ddp-logs", &argv, 2);
+    command_recipe_with(&recipe, "ddp-logs", &argv, 2, command);
     let out = db.run(&["run", recipe.to_str().unwrap(), "--headless"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     for key in ["loss", "step_time_ms", "grad_norm", "lr"] {
@@ -102,5 +124,5 @@ fn a_real_ddp_job_has_each_ranks_loss_and_step_time_from_its_printed_dicts() {
         }
         assert!(rows.iter().all(|r| r.2.is_finite() && (key != "step_time_ms" || r.2 > 0.0)), "{key}: {rows:?}");
     }
-    db.finish();
+    Some(db)
 }

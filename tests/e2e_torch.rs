@@ -34,11 +34,21 @@ fn on_path(program: &str) -> bool {
 /// Starts the DDP example with `fault` on rank 1 at step 5; returns the run's id, its output
 /// and the first verdict line.
 fn hang(db: &Db, python: &std::path::Path, fault: &str) -> (std::process::Child, Lines, String, String) {
+    hang_with(db, python, fault, "")
+}
+
+/// `hang` with more `[command]` lines.
+fn hang_with(
+    db: &Db,
+    python: &std::path::Path,
+    fault: &str,
+    command: &str,
+) -> (std::process::Child, Lines, String, String) {
     let recipe = db.path().join("ddp.toml");
     let script = script();
     let argv =
         [python.to_str().unwrap(), script.to_str().unwrap(), "--steps", "100000", "--log-every", "5", "--fault", fault];
-    command_recipe(&recipe, &format!("ddp-{fault}"), &argv, 2);
+    command_recipe_with(&recipe, &format!("ddp-{fault}"), &argv, 2, command);
     let mut child = db.spawn(&["run", recipe.to_str().unwrap(), "--headless"]);
     let mut lines = stdout_lines(&mut child);
     let first = read_until(&mut lines, |l| l.starts_with("run "));
@@ -146,4 +156,82 @@ fn a_ddp_rank_calling_another_collective_is_a_mismatch_named_with_its_line() {
     let ms = v["detected_ms"].as_u64().unwrap().saturating_sub(injected_ms(&db, &id));
     println!("detection latency [torch mismatch]: {ms} ms from the injected fault to the verdict");
     kill_and_finish(&db, child, lines, &id);
+}
+
+/// The processes whose environment names this run (ranks, torchrun, anything they started).
+fn processes_of(id: &str) -> Vec<(u32, String)> {
+    let want = format!("FLIGHTDECK_RUN={id}");
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        let Ok(environ) = std::fs::read(entry.path().join("environ")) else { continue };
+        if environ.split(|b| *b == 0).any(|kv| kv == want.as_bytes()) {
+            let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+            found.push((pid, comm.trim().to_string()));
+        }
+    }
+    found
+}
+
+/// `RANK` in a live process's environment.
+fn rank_in_env(pid: u64) -> Option<String> {
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    let rank = environ.split(|b| *b == 0).find_map(|kv| kv.strip_prefix(b"RANK="))?;
+    Some(String::from_utf8_lossy(rank).to_string())
+}
+
+#[test]
+fn under_torchrun_a_sleeping_rank_is_named_by_its_own_pid_and_kill_leaves_no_process_of_the_job() {
+    let Some(python) = venv_python() else {
+        skipped(file!(), "FD_VENV is not set (make test sets it)");
+        return;
+    };
+    let db = Db::new();
+    let (child, lines, id, line) = hang_with(&db, &python, "sleep", "launcher = \"torchrun\"\n");
+    let _guard = KillOnDrop(&db, id.clone());
+    assert!(line.contains("verdict never-entered") && line.contains("rank 1 (local, pid"), "{line}");
+    let asleep = format!("rank 1 is at torch_ddp.py:{} (inject)", line_of("time.sleep(3600)"));
+    assert!(line.contains(&asleep), "the dump of torchrun's child: {line}");
+    // Each rank's pid is torchrun's child with that RANK, not torchrun.
+    let show = db.json(&["show", &id, "--json"]);
+    for r in show["ranks"].as_array().unwrap() {
+        let pid = r["pid"].as_u64().expect("a pid");
+        assert_eq!(rank_in_env(pid), Some(r["rank"].to_string()), "rank {}'s pid {pid}", r["rank"]);
+    }
+    let v = &verdicts(&db, &id, "never-entered")[0];
+    assert_eq!(v["culprits"][0]["rank"], 1);
+    let job = processes_of(&id);
+    assert!(job.iter().any(|(_, comm)| comm == "pt_elastic"), "torchrun is one of the job's: {job:?}");
+    kill_and_finish(&db, child, lines, &id);
+    assert_eq!(processes_of(&id), Vec::new(), "the run ended killed with a process of its job left");
+}
+
+#[test]
+fn under_torchrun_a_rank_that_raises_fails_the_run_with_its_own_error_and_exit_code() {
+    let Some(python) = venv_python() else {
+        skipped(file!(), "FD_VENV is not set (make test sets it)");
+        return;
+    };
+    let db = Db::new();
+    let recipe = db.path().join("ddp.toml");
+    let script = script();
+    let argv = [python.to_str().unwrap(), script.to_str().unwrap(), "--steps", "50", "--fault", "raise"];
+    command_recipe_with(&recipe, "ddp-raise", &argv, 2, "launcher = \"torchrun\"\n");
+    let out = db.run(&["run", recipe.to_str().unwrap(), "--headless"]);
+    assert!(!out.status.success(), "a failed run exits non-zero");
+    let show = db.json(&["show", "ddp-raise", "--json"]);
+    assert_eq!(show["run"]["status"], "failed", "{show:#}");
+    let reason = show["run"]["reason"].as_str().unwrap();
+    for part in ["rank 1 (local, pid", "exit code 1", "RuntimeError: injected failure at step 5"] {
+        assert!(reason.contains(part), "{part:?} not in {reason}");
+    }
+    let ranks = show["ranks"].as_array().unwrap();
+    assert_eq!(ranks[1]["exit"], serde_json::json!({"code": 1}), "torchrun's report of rank 1");
+    assert_eq!(ranks[0]["exit"]["signal"], 15, "rank 0 was stopped by torchrun: {:#}", ranks[0]);
+    let failures: Vec<&Value> = show["events"].as_array().unwrap().iter().filter(|e| e["kind"] == "failure").collect();
+    assert!(
+        failures.iter().any(|e| e["rank"] == 1 && e["text"].as_str().unwrap().contains("exit_code 1")),
+        "{failures:?}"
+    );
+    db.finish();
 }

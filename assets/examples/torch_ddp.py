@@ -3,11 +3,12 @@ rendezvous, and HF Trainer's log lines on rank 0... and on every rank here, so t
 each rank's loss. Nothing of Flightdeck is imported: Flightdeck reads the printed dicts
 (docs/adapters.md). recipes/torch-ddp.toml runs it on 2 local ranks (`make demo-torch`).
 
-    python torch_ddp.py [--steps N] [--log-every K] [--hidden H] [--fault sleep|op --fault-rank R --fault-step S]
+    python torch_ddp.py [--steps N] [--log-every K] [--hidden H] [--fault sleep|op|raise --fault-rank R --fault-step S]
 
 `--fault` is for the tests of hang verdicts: at step S, rank R sleeps for an hour before its
 forward (`sleep`: its peers wait in DDP's all-reduce), or broadcasts a tensor of its own where
-its peers all-reduce (`op`: a collective mismatch, which gloo leaves hanging).
+its peers all-reduce (`op`: a collective mismatch, which gloo leaves hanging), or raises
+(`raise`: the rank fails, and its peers are stopped by whoever launched them).
 """
 import argparse
 import os
@@ -26,7 +27,7 @@ def main():
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--fault", choices=["sleep", "op"])
+    p.add_argument("--fault", choices=["sleep", "op", "raise"])
     p.add_argument("--fault-rank", type=int, default=1)
     p.add_argument("--fault-step", type=int, default=5)
     args = p.parse_args()
@@ -78,6 +79,8 @@ def inject(fault, step):
     print(f"injecting fault {fault} at step {step} (unix ms {int(time.time() * 1000)})", flush=True)
     if fault == "sleep":
         time.sleep(3600)
+    elif fault == "raise":
+        raise RuntimeError(f"injected failure at step {step}")
     else:
         dist.broadcast(torch.zeros(7), src=0)
 

@@ -16,6 +16,10 @@ in a collective still dumps: PyTorch releases the GIL while it waits. It also an
 Unix socket FLIGHTDECK_SHIM_DIR/shim_rank_<RANK>.sock (RANK is torch.distributed.get_rank()), one line per request: "dump" (write both
 now; replies with their paths), "stacks" (replies with the stacks JSON), "ping" ("pong").
 
+Under `[command] launcher = "torchrun"` (FLIGHTDECK_LAUNCHER=torchrun) it also asks Linux to
+SIGKILL the process when its parent dies (PR_SET_PDEATHSIG): torchrun starts each rank in a
+session of its own, so a rank would otherwise outlive a torchrun killed with SIGKILL.
+
 Last, the sitecustomize this one shadows (Debian's, a virtualenv's) is imported as if ours
 were not there.
 """
@@ -140,6 +144,18 @@ def _flightdeck_shim():
     threading.Thread(target=periodic, name="flightdeck-shim", daemon=True).start()
 
 
+def _die_with_parent():
+    """PR_SET_PDEATHSIG(SIGKILL), through libc; nothing where there is no prctl."""
+    if os.environ.get("FLIGHTDECK_LAUNCHER") != "torchrun" or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    PR_SET_PDEATHSIG = 1
+    libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+
+
 def _chain():
     """Imports the sitecustomize that this one shadows, then stays the one registered."""
     here = os.path.dirname(os.path.abspath(__file__))
@@ -163,6 +179,7 @@ def _chain():
 
 
 try:
+    _die_with_parent()
     _flightdeck_shim()
 except Exception as _e:
     sys.stderr.write("flightdeck shim: off (%r); the program runs uninstrumented\n" % (_e,))

@@ -17,6 +17,7 @@ mod sampler;
 pub mod stacks;
 mod telemetry;
 mod telemetry_json;
+mod torchrun;
 
 use crate::ids::Rank;
 use crate::paths::RunDirPaths;
@@ -84,7 +85,16 @@ async fn run(mut spec: AgentSpec, paths: RunDirPaths) -> anyhow::Result<()> {
     // The ranks the sampler watches: the owner's live ranks, copied after every step.
     let pids = Arc::new(Mutex::new(Vec::new()));
     let io = Io { outbox, notify, tx: tx.clone(), node: spec.node.clone() };
-    for &(rank, local_rank) in &spec.ranks {
+    let torchrun = spec.recipe.kind == crate::recipe::Kind::Command
+        && spec.recipe.command.as_ref().is_some_and(|c| c.launcher == crate::recipe::Launcher::Torchrun);
+    if torchrun {
+        // torchrun starts the node's ranks; they are `Started` as it is seen to start them.
+        let pid = torchrun::spawn(&spec, &paths, tx.clone()).await?;
+        let ranks = spec.ranks.iter().map(|(rank, _)| *rank).collect();
+        let effects = owner.step(Input::Launched { pid, ranks }, Instant::now());
+        io.perform(effects, &mut inputs);
+    }
+    for &(rank, local_rank) in spec.ranks.iter().filter(|_| !torchrun) {
         let pid = ranks::spawn(&spec, &paths, rank, local_rank, tx.clone()).await?;
         let effects = owner.step(Input::Started { rank, local_rank, pid }, Instant::now());
         *lock(&pids) = owner.alive();
@@ -133,7 +143,9 @@ impl Io {
         for effect in effects {
             match effect {
                 Effect::Send(event) => push(&self.outbox, &self.notify, event),
-                Effect::Signal { pid, signal, .. } => signal_group(pid, signal),
+                Effect::Signal { pid, signal, .. } | Effect::SignalLauncher { pid, signal } => {
+                    signal_group(pid, signal)
+                }
                 Effect::Arm { timer, at } => inputs.arm(timer, at),
                 Effect::DumpStacks { request, targets } => {
                     tokio::spawn(dump_stacks(request, targets, self.node.clone(), self.tx.clone()));

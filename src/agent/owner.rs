@@ -24,6 +24,12 @@ pub(crate) enum Input {
         local_rank: u32,
         pid: u32,
     },
+    /// A launcher (torchrun) was started that will start these ranks; each is `Started` when
+    /// found among its children. Until then the launcher stands in for them.
+    Launched {
+        pid: u32,
+        ranks: Vec<Rank>,
+    },
     Event(AgentEvent),
     /// Sent once the rank's output is drained, so `last_error` is its last word.
     Exited {
@@ -92,6 +98,12 @@ pub(crate) enum Effect {
         pid: u32,
         signal: Signal,
     },
+    /// The same signal to the node's launcher (torchrun), which passes it on to ranks it has
+    /// started and not yet been seen to start.
+    SignalLauncher {
+        pid: u32,
+        signal: Signal,
+    },
     /// Feed `Input::Timer(timer)` back at `at`.
     Arm {
         timer: Timer,
@@ -147,6 +159,10 @@ pub(crate) struct Owner {
     config: Config,
     phase: Phase,
     alive: BTreeMap<Rank, u32>,
+    /// Ranks a launcher is starting, not yet found: the run waits for them as for live ones.
+    pending: BTreeSet<Rank>,
+    /// The node's torchrun while any of its ranks is pending or alive.
+    launcher: Option<u32>,
     /// Ranks that said hello on the telemetry socket: their SIGUSR1 handler is installed.
     registered: BTreeSet<Rank>,
     /// Ranks whose telemetry connection is still open: the run ends only once these drain too,
@@ -162,6 +178,8 @@ impl Owner {
             config,
             phase: Phase::Running,
             alive: BTreeMap::new(),
+            pending: BTreeSet::new(),
+            launcher: None,
             registered: BTreeSet::new(),
             telemetry_open: BTreeSet::new(),
             finished_steps: None,
@@ -181,7 +199,12 @@ impl Owner {
     pub fn step(&mut self, input: Input, now: Instant) -> Vec<Effect> {
         let mut out = Vec::new();
         match input {
+            Input::Launched { pid, ranks } => {
+                self.launcher = Some(pid);
+                self.pending.extend(ranks);
+            }
             Input::Started { rank, local_rank, pid } => {
+                self.pending.remove(&rank);
                 self.alive.insert(rank, pid);
                 out.push(Effect::Send(AgentEvent::RankStarted {
                     rank,
@@ -189,6 +212,13 @@ impl Owner {
                     pid,
                     host: self.config.node.clone(),
                 }));
+                // Found after the run began to end: it gets what the others got.
+                let late = match self.phase {
+                    Phase::Ending(RunOutcome::Killed, _) => Some(Signal::Kill),
+                    Phase::Ending(..) => Some(Signal::Terminate),
+                    Phase::Running | Phase::Saving | Phase::Ended => None,
+                };
+                out.extend(late.map(|signal| Effect::Signal { rank, pid, signal }));
             }
             // After `RunEnded` the run's history is closed: the server acknowledges nothing past
             // it, so a late frame (a sample taken just before the last exit) would keep the
@@ -216,6 +246,11 @@ impl Owner {
             }
             Input::Exited { rank, pid, status, last_error } => {
                 self.alive.remove(&rank);
+                self.pending.remove(&rank);
+                if self.alive.is_empty() && self.pending.is_empty() {
+                    // Its ranks are reported gone only once it has exited: its pid may be reused.
+                    self.launcher = None;
+                }
                 // The first failure decides the outcome, even over a graceful stop (a rank that
                 // fails while saving has no checkpoint to show for it).
                 let during = match self.phase {
@@ -279,7 +314,7 @@ impl Owner {
             Input::AllAcked if self.ended() => out.push(Effect::Exit(Exit::Collected)),
             Input::AllAcked => {}
         }
-        if self.alive.is_empty() && self.telemetry_open.is_empty() && !self.ended() {
+        if self.alive.is_empty() && self.pending.is_empty() && self.telemetry_open.is_empty() && !self.ended() {
             let (outcome, reason) = self.outcome();
             out.push(Effect::Send(AgentEvent::RunEnded { outcome, reason }));
             self.phase = Phase::Ended;
@@ -298,6 +333,10 @@ impl Owner {
     fn signal_all(&self, signal: Signal, to: impl Fn(Rank) -> bool, out: &mut Vec<Effect>) {
         for (&rank, &pid) in self.alive.iter().filter(|(r, _)| to(**r)) {
             out.push(Effect::Signal { rank, pid, signal });
+        }
+        // torchrun stops the ranks it started on SIGTERM itself; SIGUSR1 is for the worker.
+        if let (Some(pid), false) = (self.launcher, signal == Signal::Save) {
+            out.push(Effect::SignalLauncher { pid, signal });
         }
     }
 

@@ -376,3 +376,66 @@ async fn an_ended_run_nobody_collects_exits_after_the_linger() {
     assert_fired_at(at, Duration::from_secs(7) + LINGER);
     assert_eq!(e, vec![Effect::Exit(Exit::Unclaimed)]);
 }
+
+/// Rank r's worker, found as torchrun's child: pid 200 + r; torchrun is pid 99.
+const TORCHRUN: u32 = 99;
+
+fn launched(ranks: u32) -> Agent {
+    let mut agent =
+        Agent { owner: Owner::new(config(ranks as usize, false)), timers: Timers::default(), start: Instant::now() };
+    let effects = agent.step(Input::Launched { pid: TORCHRUN, ranks: (0..ranks).map(Rank).collect() });
+    assert!(effects.is_empty(), "nothing is sent before a rank is found: {effects:?}");
+    agent
+}
+
+fn found(r: u32) -> Input {
+    Input::Started { rank: Rank(r), local_rank: r, pid: 200 + r }
+}
+
+fn all_signals(effects: &[Effect]) -> Vec<(u32, Signal)> {
+    let sent = effects.iter().filter_map(|e| match e {
+        Effect::Signal { pid, signal, .. } | Effect::SignalLauncher { pid, signal } => Some((*pid, *signal)),
+        _ => None,
+    });
+    sent.collect()
+}
+
+#[test]
+fn a_launched_rank_keeps_the_run_alive_until_it_is_found_and_has_exited() {
+    let mut a = launched(2);
+    assert!(a.owner.alive().is_empty(), "the sampler watches no pid before a rank is found");
+    assert!(run_ended(&a.step(Input::Heartbeat)).is_none(), "pending ranks are not gone ranks");
+    a.step(found(0));
+    assert_eq!(a.owner.alive(), vec![(Rank(0), 200)]);
+    a.step(Input::Exited { rank: Rank(0), pid: 200, status: OK, last_error: None });
+    assert!(run_ended(&a.step(Input::Heartbeat)).is_none(), "rank 1 is still pending");
+    let e = a.step(Input::Exited { rank: Rank(1), pid: TORCHRUN, status: OK, last_error: None });
+    assert_eq!(run_ended(&e), Some((RunOutcome::Succeeded, "all 2 ranks finished".into())));
+}
+
+#[test]
+fn a_kill_reaches_the_found_ranks_torchrun_and_a_rank_found_after_it() {
+    let mut a = launched(2);
+    a.step(found(0));
+    let e = a.step(Input::Kill);
+    assert_eq!(all_signals(&e), vec![(200, Signal::Kill), (TORCHRUN, Signal::Kill)]);
+    assert_eq!(all_signals(&a.step(found(1))), vec![(201, Signal::Kill)], "found late, killed at once");
+    a.step(Input::Exited { rank: Rank(1), pid: 201, status: SIGKILLED, last_error: None });
+    let e = a.step(Input::Exited { rank: Rank(0), pid: 200, status: SIGKILLED, last_error: None });
+    assert_eq!(run_ended(&e).map(|(o, _)| o), Some(RunOutcome::Killed));
+    let (timer, ..) = (Timer::Escalate, ());
+    let e = a.step(Input::Timer(timer));
+    assert!(all_signals(&e).is_empty(), "torchrun's pid is forgotten once its ranks are gone: {e:?}");
+}
+
+#[test]
+fn a_stop_terminates_torchrun_too_and_never_sends_it_the_workers_save_signal() {
+    let mut a = launched(1);
+    a.step(found(0));
+    let e = a.step(Input::Stop);
+    assert_eq!(all_signals(&e), vec![(200, Signal::Terminate), (TORCHRUN, Signal::Terminate)]);
+    let mut saving = Agent::running(1, true);
+    saving.step(Input::Launched { pid: TORCHRUN, ranks: Vec::new() });
+    let e = saving.step(Input::Stop);
+    assert_eq!(all_signals(&e), vec![(pid(0), Signal::Save)]);
+}

@@ -40,10 +40,38 @@ pub async fn spawn(
         .env("GROUP_RANK", "0")
         .env("MASTER_ADDR", &spec.master_addr)
         .env("MASTER_PORT", spec.program_port.to_string())
-        // Flightdeck's own rendezvous store, on another port than the program's MASTER_PORT.
-        .env("FLIGHTDECK_STORE_ADDR", &spec.master_addr)
+        .env("TORCHELASTIC_RUN_ID", spec.run.as_str());
+    prepare(&mut cmd, spec, paths, rank);
+    let mut child = cmd.spawn().with_context(|| format!("starting rank {rank} ({})", spec.exe.display()))?;
+    let pid = child.id().unwrap_or(0);
+    let output = Output::new(rank, open_log(&paths.rank_log(rank.0))?, log_choice(spec), tx.clone());
+    let stdout = child.stdout.take().map(|out| tokio::spawn(output.clone().forward(out, Stream::Stdout)));
+    let stderr = child.stderr.take().map(|err| tokio::spawn(output.clone().forward(err, Stream::Stderr)));
+    tokio::spawn(async move {
+        let status = exit_status(child.wait().await, &format!("rank {rank}"));
+        // What the rank printed before it exited may still be in the pipes: read it first, so
+        // its records come before the exit and its last error line is known. A child of the
+        // rank that keeps the pipes open is not waited for longer than DRAIN.
+        let drained = async {
+            for task in stdout.into_iter().chain(stderr) {
+                let _ = task.await;
+            }
+        };
+        let _ = tokio::time::timeout(DRAIN, drained).await;
+        let last_error = output.last_error();
+        let _ = tx.send(Input::Exited { rank, pid, status, last_error }).await;
+    });
+    Ok(pid)
+}
+
+/// What a rank's (or a node's torchrun's) process gets besides the ranks' own torchrun
+/// variables: Flightdeck's variables, the working directory, piped output, a process group of
+/// its own, a death signal tied to the agent, and for a command what makes PyTorch observable,
+/// the Python shim and the recipe's `[command] env`. `rank` names the TensorBoard directory.
+pub(super) fn prepare(cmd: &mut tokio::process::Command, spec: &AgentSpec, paths: &RunDirPaths, rank: Rank) {
+    // Flightdeck's own rendezvous store, on another port than the program's MASTER_PORT.
+    cmd.env("FLIGHTDECK_STORE_ADDR", &spec.master_addr)
         .env("FLIGHTDECK_STORE_PORT", spec.master_port.to_string())
-        .env("TORCHELASTIC_RUN_ID", spec.run.as_str())
         .env("FLIGHTDECK_RUN", spec.run.as_str())
         .env("FLIGHTDECK_NODE", &spec.node)
         .env("FLIGHTDECK_RECIPE", paths.recipe())
@@ -96,42 +124,30 @@ pub async fn spawn(
             Ok(())
         });
     }
-    let mut child = cmd.spawn().with_context(|| format!("starting rank {rank} ({})", spec.exe.display()))?;
-    let pid = child.id().unwrap_or(0);
-    let log_path = paths.rank_log(rank.0);
-    let log = std::fs::OpenOptions::new()
+}
+
+/// A rank's log file (appended to: a resumed run's ranks add to their parent's).
+pub(super) fn open_log(path: &std::path::Path) -> anyhow::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
         .create(true)
         .append(true)
-        .open(&log_path)
-        .with_context(|| format!("opening {}", log_path.display()))?;
-    let output = Output::new(rank, log, log_choice(spec), tx.clone());
-    let stdout = child.stdout.take().map(|out| tokio::spawn(output.clone().forward(out, Stream::Stdout)));
-    let stderr = child.stderr.take().map(|err| tokio::spawn(output.clone().forward(err, Stream::Stderr)));
-    tokio::spawn(async move {
-        let status = match child.wait().await {
-            Ok(s) => match (s.code(), s.signal()) {
-                (Some(c), _) => ExitStatus::Code(c),
-                (None, Some(sig)) => ExitStatus::Signal(sig),
-                (None, None) => ExitStatus::Code(-1),
-            },
-            Err(e) => {
-                tracing::warn!("waiting for rank {rank}: {e}");
-                ExitStatus::Code(-1)
-            }
-        };
-        // What the rank printed before it exited may still be in the pipes: read it first, so
-        // its records come before the exit and its last error line is known. A child of the
-        // rank that keeps the pipes open is not waited for longer than DRAIN.
-        let drained = async {
-            for task in stdout.into_iter().chain(stderr) {
-                let _ = task.await;
-            }
-        };
-        let _ = tokio::time::timeout(DRAIN, drained).await;
-        let last_error = output.last_error();
-        let _ = tx.send(Input::Exited { rank, pid, status, last_error }).await;
-    });
-    Ok(pid)
+        .open(path)
+        .with_context(|| format!("opening {}", path.display()))
+}
+
+/// A process's end as the protocol says it; `what` names it in the warning if waiting failed.
+pub(super) fn exit_status(waited: std::io::Result<std::process::ExitStatus>, what: &str) -> ExitStatus {
+    match waited {
+        Ok(s) => match (s.code(), s.signal()) {
+            (Some(c), _) => ExitStatus::Code(c),
+            (None, Some(sig)) => ExitStatus::Signal(sig),
+            (None, None) => ExitStatus::Code(-1),
+        },
+        Err(e) => {
+            tracing::warn!("waiting for {what}: {e}");
+            ExitStatus::Code(-1)
+        }
+    }
 }
 
 /// What makes a PyTorch program observable, for every command rank unless `[command] observe =
@@ -150,6 +166,8 @@ pub fn observe_env(paths: &RunDirPaths, rank: Rank, gpu: bool) -> Vec<(&'static 
         ("TORCH_NCCL_DUMP_ON_TIMEOUT", "1".to_string()),
         ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3".to_string()),
         ("PYTHONFAULTHANDLER", "1".to_string()),
+        // Python block-buffers a pipe or a file: without this its lines arrive kilobytes late.
+        ("PYTHONUNBUFFERED", "1".to_string()),
         ("TENSORBOARD_LOGGING_DIR", tb.clone()),
         ("TENSORBOARD_DIR", tb),
     ];
@@ -190,11 +208,11 @@ fn working_dir(spec: &AgentSpec, paths: &RunDirPaths) -> std::path::PathBuf {
 }
 
 /// How long a rank's output is still read after it exited.
-const DRAIN: Duration = Duration::from_secs(2);
+pub(super) const DRAIN: Duration = Duration::from_secs(2);
 
 /// The adapters a rank's output goes through: a command's `[command] log_format`; none for the
 /// worker, which reports its steps itself.
-fn log_choice(spec: &AgentSpec) -> Choice {
+pub(super) fn log_choice(spec: &AgentSpec) -> Choice {
     match (&spec.recipe.kind, &spec.recipe.command) {
         (Kind::Command, Some(c)) => c.log_format,
         _ => Choice::None,

@@ -211,6 +211,55 @@ pub struct Command {
     /// A node where it does not exist runs the ranks in the run directory.
     #[serde(default)]
     pub cwd: Option<std::path::PathBuf>,
+    /// Who starts the ranks on a node: the agent itself, one process per rank, or one torchrun
+    /// per node that spawns them (`docs/real-jobs.md`); stored recipes from before read as direct.
+    #[serde(default)]
+    pub launcher: Launcher,
+}
+
+/// `[command] launcher`: how a node's ranks are started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Launcher {
+    /// The agent starts `argv` once per rank, with the torchrun environment.
+    #[default]
+    Direct,
+    /// The agent starts one `torchrun` per node (`python -m torch.distributed.run`, or `argv[0]`
+    /// when it is torchrun) with the node's ranks; torchrun spawns them.
+    Torchrun,
+}
+
+/// torchrun's options that Flightdeck sets itself under `launcher = "torchrun"` (`--rdzv-*`
+/// too), spelled with dashes.
+pub const TORCHRUN_OPTIONS_SET: &[&str] = &[
+    "--nnodes",
+    "--nproc-per-node",
+    "--node-rank",
+    "--master-addr",
+    "--master-port",
+    "--standalone",
+    "--max-restarts",
+    "--log-dir",
+    "--redirects",
+    "-r",
+    "--tee",
+    "-t",
+    "--local-ranks-filter",
+    "--role",
+];
+
+/// How many leading words of `argv` start torchrun: 1 for `torchrun`, 3 for `python -m
+/// torch.distributed.run` (or the old `.launch`); `None` when it is some other program.
+pub fn torchrun_prefix_len(argv: &[String]) -> Option<usize> {
+    let name = argv.first().map(|p| std::path::Path::new(p).file_name().unwrap_or_default().to_string_lossy());
+    if name.as_deref() == Some("torchrun") {
+        return Some(1);
+    }
+    let module = argv.get(1..3).filter(|a| a[0] == "-m");
+    match module.map(|a| a[1].as_str()) {
+        Some("torch.distributed.run" | "torch.distributed.launch") => Some(3),
+        _ => None,
+    }
 }
 
 fn yes() -> bool {

@@ -127,6 +127,7 @@ pub(super) struct RawCommand {
     pub instrument: Option<bool>,
     pub env: Option<Vec<String>>,
     pub cwd: Option<String>,
+    pub launcher: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -239,6 +240,7 @@ pub(super) const TABLES: &[(&str, &[(&str, Ty)])] = &[
             ("instrument", Ty::Bool),
             ("env", Ty::StrList),
             ("cwd", Ty::Str),
+            ("launcher", Ty::Str),
         ],
     ),
     (

@@ -183,6 +183,13 @@ impl Check<'_> {
                 format!("{shown} contains a NUL character, which no program argument can hold"),
             ));
         }
+        let launcher = self.choice(
+            "command.launcher",
+            raw.launcher,
+            Launcher::Direct,
+            &[("direct", Launcher::Direct), ("torchrun", Launcher::Torchrun)],
+        )?;
+        self.command_launch(&argv, launcher, &shown)?;
         let mut env = Vec::new();
         for item in raw.env.unwrap_or_default() {
             let ok = item.split_once('=').filter(|(k, _)| {
@@ -214,7 +221,55 @@ impl Check<'_> {
             instrument: raw.instrument.unwrap_or(true),
             env,
             cwd,
+            launcher,
         }))
+    }
+
+    /// An argv that starts torchrun needs `launcher = "torchrun"` (else every rank would start
+    /// a torchrun of its own), and then leaves to Flightdeck the options it sets from `[cluster]`.
+    fn command_launch(&self, argv: &[String], launcher: Launcher, shown: &str) -> R<()> {
+        let prefix = torchrun_prefix_len(argv);
+        match (launcher, prefix) {
+            (Launcher::Direct, Some(_)) => Err(self.invalid(
+                "command.argv",
+                format!(
+                    r#"{shown} starts torchrun, which would start a torchrun per rank; set [command] launcher = "torchrun" and give the script, e.g. argv = ["python", "train.py"] (Flightdeck passes torchrun --nnodes, --nproc-per-node, --node-rank and the rendezvous from [cluster])"#
+                ),
+            )),
+            (Launcher::Direct, None) => Ok(()),
+            (Launcher::Torchrun, prefix) => {
+                let rest = &argv[prefix.unwrap_or(1)..];
+                let set_here = rest.iter().take_while(|a| a.starts_with('-')).find(|a| {
+                    let name = a.split('=').next().unwrap_or(a).replace('_', "-");
+                    TORCHRUN_OPTIONS_SET.contains(&name.as_str()) || name.starts_with("--rdzv")
+                });
+                if let Some(option) = set_here {
+                    return Err(self.invalid(
+                        "command.argv",
+                        format!(
+                            "{shown} gives torchrun {option:?}, which Flightdeck sets itself (from [cluster], with the ranks' output in the run directory); leave it out"
+                        ),
+                    ));
+                }
+                let python_option = prefix.is_none() && rest.first().is_some_and(|a| a.starts_with('-') && a != "-m");
+                if python_option {
+                    return Err(self.invalid(
+                        "command.argv",
+                        format!(
+                            r#"{shown}: with launcher = "torchrun" argv is the interpreter, then the script (or -m MODULE) and its arguments; torchrun does not pass {:?} on to Python (set PYTHON* variables in [command] env instead)"#,
+                            rest[0]
+                        ),
+                    ));
+                }
+                if rest.iter().all(|a| a.starts_with('-')) {
+                    return Err(self.invalid(
+                        "command.argv",
+                        format!(r#"{shown} names no script for torchrun to run, e.g. argv = ["python", "train.py"]"#),
+                    ));
+                }
+                Ok(())
+            }
+        }
     }
 
     pub(super) fn cluster(&self, raw: RawCluster) -> R<Cluster> {

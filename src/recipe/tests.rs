@@ -128,8 +128,42 @@ fn command_recipes_need_no_model() {
             instrument: true,
             env: Vec::new(),
             cwd: r.command.as_ref().and_then(|c| c.cwd.clone()),
+            launcher: Launcher::Direct,
         })
     );
+}
+
+#[test]
+fn torchrun_is_a_launcher_and_never_a_rank_program() {
+    let recipe = |argv: &str, launcher: &str| {
+        let text = format!("name = \"c\"\nkind = \"command\"\n[command]\nargv = {argv}\n{launcher}");
+        parse_str(&text, "c.toml", &[])
+    };
+    for argv in
+        [r#"["python", "train.py"]"#, r#"["torchrun", "train.py", "--lr", "1"]"#, r#"["python", "-m", "pkg.train"]"#]
+    {
+        let r = recipe(argv, "launcher = \"torchrun\"").unwrap_or_else(|e| panic!("{argv}: {e}"));
+        assert_eq!(r.command.expect("a command").launcher, Launcher::Torchrun);
+    }
+    let ok = recipe(r#"["/venv/bin/torchrun", "--monitor-interval=1", "t.py"]"#, "launcher = \"torchrun\"");
+    assert!(ok.is_ok(), "torchrun options Flightdeck does not set pass through: {ok:?}");
+
+    let e = recipe(r#"["torchrun", "--nproc-per-node", "8", "train.py"]"#, "").expect_err("a torchrun per rank");
+    assert_eq!(e.key(), Some("command.argv"));
+    assert_mentions(&e, &["starts torchrun", r#"launcher = "torchrun""#]);
+    let e = recipe(r#"["python", "-m", "torch.distributed.run", "t.py"]"#, "").expect_err("the same");
+    assert_mentions(&e, &["starts torchrun"]);
+    let e = recipe(r#"["torchrun", "--nproc_per_node=8", "t.py"]"#, "launcher = \"torchrun\"").expect_err("set here");
+    assert_mentions(&e, &["\"--nproc_per_node=8\"", "Flightdeck sets itself", "leave it out"]);
+    let e =
+        recipe(r#"["torchrun", "--rdzv-backend", "c10d", "t.py"]"#, "launcher = \"torchrun\"").expect_err("set here");
+    assert_mentions(&e, &["\"--rdzv-backend\""]);
+    let e = recipe(r#"["python", "-u", "t.py"]"#, "launcher = \"torchrun\"").expect_err("a Python option");
+    assert_mentions(&e, &["\"-u\"", "[command] env"]);
+    let e = recipe(r#"["torchrun"]"#, "launcher = \"torchrun\"").expect_err("no script");
+    assert_mentions(&e, &["names no script"]);
+    let e = recipe(r#"["python", "t.py"]"#, "launcher = \"mpirun\"").expect_err("no such launcher");
+    assert_mentions(&e, &["command.launcher = \"mpirun\"", "valid: direct, torchrun"]);
 }
 
 #[test]

@@ -177,9 +177,14 @@ pub fn venv_python() -> Option<PathBuf> {
 
 /// Writes a `kind = "command"` recipe running `argv` on `ranks_per_node` ranks per node.
 pub fn command_recipe(path: &Path, name: &str, argv: &[&str], ranks_per_node: u32) {
+    command_recipe_with(path, name, argv, ranks_per_node, "");
+}
+
+/// `command_recipe` with more `[command]` lines (`launcher = "torchrun"`).
+pub fn command_recipe_with(path: &Path, name: &str, argv: &[&str], ranks_per_node: u32, command: &str) {
     let argv: Vec<String> = argv.iter().map(|a| format!("{a:?}")).collect();
     let text = format!(
-        "name = {name:?}\nkind = \"command\"\n[command]\nargv = [{}]\n[cluster]\nranks_per_node = {ranks_per_node}\n",
+        "name = {name:?}\nkind = \"command\"\n[command]\nargv = [{}]\n{command}[cluster]\nranks_per_node = {ranks_per_node}\n",
         argv.join(", ")
     );
     std::fs::write(path, text).expect("writing the recipe");
