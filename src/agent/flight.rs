@@ -50,6 +50,8 @@ struct Seen {
     scheduled: HashSet<u64>,
     completed: HashSet<u64>,
     complained: bool,
+    /// The rank's groups as its full dumps named them, for its status-only dumps.
+    groups: torchfr::GroupIds,
 }
 
 impl Seen {
@@ -65,7 +67,7 @@ impl Seen {
         let name = format!("fr/shim_rank_{}.pkl", rank.0);
         let dump = match std::fs::read(&path)
             .map_err(|e| e.to_string())
-            .and_then(|b| torchfr::parse(&b, &name).map_err(|e| e.to_string()))
+            .and_then(|b| torchfr::parse_with(&b, &name, &mut self.groups).map_err(|e| e.to_string()))
         {
             Ok(d) => d,
             Err(e) => return self.complain(rank, e),

@@ -27,6 +27,11 @@ pub struct Dump {
     pub entries: Vec<Entry>,
 }
 
+/// What a rank's dumps taught about its groups: its own index of each (`pg_id`, the key of
+/// `pg_status`) to the group's name and description. Only entries tell it, so a dump without
+/// entries (the shim's status-only dumps) is read with what earlier dumps of the rank said.
+pub type GroupIds = BTreeMap<i64, (String, String)>;
+
 /// A process group as the rank saw it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Group {
@@ -238,13 +243,19 @@ pub enum DumpError {
 
 /// Reads a dump, pickle or JSON (told apart by the first byte); `source_name` names it in errors.
 pub fn parse(bytes: &[u8], source_name: &str) -> Result<Dump, DumpError> {
+    parse_with(bytes, source_name, &mut GroupIds::new())
+}
+
+/// `parse` for one rank's dumps in turn: `ids` resolves the `pg_status` of a dump without
+/// entries, and learns from each dump's entries.
+pub fn parse_with(bytes: &[u8], source_name: &str, ids: &mut GroupIds) -> Result<Dump, DumpError> {
     let raw: RawDump = if bytes.first() == Some(&b'{') {
         serde_json::from_slice(bytes).map_err(|e| format_error(source_name, format!("JSON: {e}")))?
     } else {
         let value = pickle::read(bytes).map_err(|e| format_error(source_name, format!("pickle: {e}")))?;
         serde_json::from_value(value).map_err(|e| format_error(source_name, format!("pickle: {e}")))?
     };
-    raw.into_dump(source_name)
+    raw.into_dump(source_name, ids)
 }
 
 fn format_error(source_name: &str, reason: String) -> DumpError {
@@ -323,13 +334,15 @@ struct RawFrame {
 }
 
 impl RawDump {
-    fn into_dump(self, source_name: &str) -> Result<Dump, DumpError> {
+    fn into_dump(self, source_name: &str, ids: &mut GroupIds) -> Result<Dump, DumpError> {
         // `pg_status` is keyed by the rank's own index of the group (an entry's `pg_id`), the
         // entries name it (`process_group.0`), which is what every member shares.
-        let mut names: BTreeMap<i64, String> = BTreeMap::new();
+        let mut seen = BTreeMap::new();
         for e in &self.entries {
-            names.entry(e.pg_id).or_insert_with(|| e.process_group.0.clone());
+            seen.entry(e.pg_id).or_insert_with(|| e.process_group.clone());
         }
+        ids.extend(seen);
+        let names: BTreeMap<i64, String> = ids.iter().map(|(id, (name, _))| (*id, name.clone())).collect();
         let mut groups: Vec<Group> = Vec::new();
         // Gloo's 2.11 dumps carry one config with an empty name: nothing to go by.
         for (key, g) in self.pg_config {
@@ -355,7 +368,13 @@ impl RawDump {
         }
         let seq = |v: i64| v.max(0) as u64;
         for (key, status) in &self.pg_status {
-            let Some(name) = key.parse::<i64>().ok().and_then(|id| names.get(&id)) else { continue };
+            let Some(id) = key.parse::<i64>().ok() else { continue };
+            let Some(name) = names.get(&id) else { continue };
+            if !groups.iter().any(|g| &g.name == name) {
+                // A group no entry of this dump names: known from earlier dumps.
+                let desc = ids.get(&id).map(|(_, d)| d.clone()).unwrap_or_default();
+                groups.push(Group { name: name.clone(), desc, ..Group::default() });
+            }
             if let Some(g) = groups.iter_mut().find(|g| &g.name == name) {
                 g.last_enqueued = seq(status.last_enqueued_collective);
                 g.last_completed = seq(status.last_completed_collective);

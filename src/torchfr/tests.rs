@@ -109,3 +109,22 @@ fn the_shims_stacks_give_the_main_threads_frames() {
     let e = parse_main_stack(b"[1, 2]", "shim_rank_0.stacks.json").expect_err("not stacks").to_string();
     assert!(e.starts_with("shim_rank_0.stacks.json: not the shim's stacks"), "{e}");
 }
+
+#[test]
+fn a_dump_without_entries_is_read_with_the_groups_its_ranks_earlier_dumps_named() {
+    // The shim's status-only dump: `_dump_fr_trace(False, False)`, as gloo writes it.
+    let status = br#"{"version": "2.10", "pg_config": {"": {"name": "", "desc": "", "ranks": "[2]"}},
+        "pg_status": {"0": {"last_enqueued_collective": 9, "last_completed_collective": 9},
+                      "1": {"last_enqueued_collective": 5, "last_completed_collective": 4}}}"#;
+    let alone = parse(status, "status").expect("a valid dump");
+    assert!(alone.groups.is_empty(), "alone it names no group: {alone:?}");
+    let path = format!("{}/tests/fixtures/torchfr/groups/rank_2", env!("CARGO_MANIFEST_DIR"));
+    let mut ids = GroupIds::new();
+    parse_with(&std::fs::read(&path).expect("fixture"), &path, &mut ids).expect("rank 2's full dump");
+    let d = parse_with(status, "status", &mut ids).expect("a valid dump");
+    assert!(d.entries.is_empty());
+    let tp = d.group("2").expect("rank 2's pg_id 1 is group 2");
+    assert_eq!((tp.last_enqueued, tp.last_completed), (5, 4));
+    let world = d.group("0").expect("the default group");
+    assert_eq!((world.last_enqueued, world.desc.as_str()), (9, "default_pg"));
+}
