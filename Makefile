@@ -9,7 +9,7 @@ TORCH_ENV := $(FLIGHTDECK_CACHE)/torch-env.mk
 BIN := target/release/flightdeck
 DEMO_DB ?= $(FLIGHTDECK_CACHE)/demo-db
 
-.PHONY: all build demo demo-torch demo-headless test check deps torch clean-cache fmt fmt-check lint
+.PHONY: all build demo demo-torch demo-headless test check deps torch python-deps clean-cache fmt fmt-check lint
 
 all: build
 
@@ -59,7 +59,7 @@ demo-headless: build
 	$(BIN) --db $(DEMO_DB) run recipes/tiny-gpt.toml --headless --ranks-per-node 2
 
 # The whole suite: unit tests, then the end-to-end tests that drive the real binary.
-test: build bench-tensorboard
+test: build bench-tensorboard python-deps
 	cargo test --release -- --test-threads=2
 
 # The quick loop: format, lints (warnings are errors; `unwrap` is denied outside tests in
@@ -103,6 +103,12 @@ bench-history: build bench-tensorboard
 # pdsh and sshd come from scripts/install-deps.sh (make deps, which make build runs).
 bench-fanout: build
 	scripts/bench.sh fanout
+
+# The Hugging Face Trainer, for the tests of real Trainer jobs (assets/examples/hf_trainer.py):
+# into the PyTorch venv, once.
+python-deps: $(TORCH_ENV)
+	@$(FD_VENV)/bin/python -c 'import transformers, accelerate' 2>/dev/null || \
+		$(FD_VENV)/bin/pip install --quiet 'transformers==5.25.0' 'accelerate==1.16.0'
 
 # TensorBoard's own writer and loader, for the history reference: into the PyTorch venv, once.
 bench-tensorboard: $(TORCH_ENV)

@@ -126,3 +126,99 @@ fn ddp_job_metrics(command: &str) -> Option<Db> {
     }
     Some(db)
 }
+
+/// Writes only through `SummaryWriter` (no line printed): each rank's scalars land in the
+/// history at the steps it gave, with their full precision, and `add_scalars` under its tag.
+const SUMMARY_WRITER: &str = r#"import os
+from torch.utils.tensorboard import SummaryWriter
+rank = int(os.environ["RANK"])
+w = SummaryWriter(os.environ.get("TENSORBOARD_LOGGING_DIR", "tb"))
+for step in (3, 6, 9):
+    w.add_scalar("train/loss", (rank + 1) / (7.0 * step), step)
+    w.add_scalars("perf", {"tps": 1000.0 * step + rank}, step)
+w.close()
+"#;
+
+#[test]
+fn a_script_writing_summarywriter_scalars_has_them_in_history_at_its_own_steps() {
+    let Some(python) = venv_python() else {
+        skipped(file!(), "FD_VENV is not set (make test sets it)");
+        return;
+    };
+    let db = Db::new();
+    let script = db.path().join("writer.py");
+    std::fs::write(&script, SUMMARY_WRITER).unwrap();
+    let recipe = db.path().join("writer.toml");
+    command_recipe(&recipe, "tb-writer", &[python.to_str().unwrap(), script.to_str().unwrap()], 2);
+    let out = db.run(&["run", recipe.to_str().unwrap(), "--headless"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for (key, value) in [
+        ("loss", (|rank: u32, step: u64| (rank + 1) as f64 / (7.0 * step as f64)) as fn(u32, u64) -> f64),
+        ("train/loss", |rank, step| (rank + 1) as f64 / (7.0 * step as f64)),
+        ("perf/tps", |rank, step| 1000.0 * step as f64 + rank as f64),
+    ] {
+        let csv = db.run(&["metrics", "tb-writer", "--key", key, "--format", "csv"]);
+        let rows = csv_rows(&String::from_utf8_lossy(&csv.stdout));
+        for rank in 0..2u32 {
+            let got: Vec<(u64, f64)> = rows.iter().filter(|r| r.1 == rank).map(|r| (r.0, r.2)).collect();
+            let want: Vec<(u64, f64)> = [3, 6, 9].iter().map(|s| (*s, value(rank, *s))).collect();
+            assert_eq!(got, want, "{key} of rank {rank}: {rows:?}");
+        }
+    }
+    db.finish();
+}
+
+/// A real HF Trainer job under torchrun: every rank's `Trainer.log` calls land at the
+/// Trainer's global steps with the exact values of its `log_history`, and rank 0's printed
+/// copies of the same dicts (4 digits, no step) add no points of their own.
+#[test]
+fn an_hf_trainer_job_has_each_ranks_logged_values_exactly_at_its_global_steps() {
+    let Some(python) = venv_python() else {
+        skipped(file!(), "FD_VENV is not set (make test sets it)");
+        return;
+    };
+    let has = std::process::Command::new(&python).args(["-c", "import transformers, accelerate"]).output();
+    if !has.is_ok_and(|o| o.status.success()) {
+        skipped(file!(), "transformers or accelerate is not in the venv (make python-deps installs them)");
+        return;
+    }
+    let db = Db::new();
+    let script = repo().join("assets/examples/hf_trainer.py");
+    let history = db.path().join("history-{rank}.json");
+    let out_dir = db.path().join("hf-out");
+    let argv = [
+        python.to_str().unwrap(),
+        script.to_str().unwrap(),
+        "--steps",
+        "6",
+        "--log-every",
+        "2",
+        "--out",
+        out_dir.to_str().unwrap(),
+        "--history",
+        history.to_str().unwrap(),
+    ];
+    let recipe = db.path().join("hf.toml");
+    command_recipe_with(&recipe, "hf-trainer", &argv, 2, "launcher = \"torchrun\"\n");
+    let out = db.run(&["run", recipe.to_str().unwrap(), "--headless"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for rank in 0..2u32 {
+        let path = db.path().join(format!("history-{rank}.json"));
+        let logged: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let steps: Vec<&serde_json::Value> =
+            logged.as_array().unwrap().iter().filter(|e| e.get("loss").is_some()).collect();
+        assert_eq!(steps.len(), 3, "{logged}");
+        for key in ["loss", "grad_norm", "learning_rate"] {
+            let csv = db.run(&["metrics", "hf-trainer", "--key", key, "--format", "csv"]);
+            let rows = csv_rows(&String::from_utf8_lossy(&csv.stdout));
+            let got: Vec<(u64, f64)> = rows.iter().filter(|r| r.1 == rank).map(|r| (r.0, r.2)).collect();
+            let want: Vec<(u64, f64)> =
+                steps.iter().map(|e| (e["step"].as_u64().unwrap(), e[key].as_f64().unwrap())).collect();
+            assert_eq!(got, want, "{key} of rank {rank}: {rows:?}");
+        }
+        let csv = db.run(&["metrics", "hf-trainer", "--key", "train_runtime", "--format", "csv"]);
+        let rows = csv_rows(&String::from_utf8_lossy(&csv.stdout));
+        assert_eq!(rows.iter().filter(|r| r.1 == rank).count(), 1, "rank {rank}'s final summary once: {rows:?}");
+    }
+    db.finish();
+}

@@ -166,6 +166,172 @@ def _flightdeck_shim():
     threading.Thread(target=periodic, name="flightdeck-shim", daemon=True).start()
 
 
+def _flightdeck_writers():
+    """Reports the program's own metric writers' calls to the agent, as `Logged` JSON lines.
+
+    Wrapped when their module is imported: `SummaryWriter.add_scalar`/`add_scalars`
+    (torch.utils.tensorboard, tensorboardX), `transformers.Trainer.log` (TRL's trainers call it)
+    and wandb's `Run.log` (what `wandb.log` calls). A call made inside another wrapped call (the
+    Trainer's TensorBoard and wandb callbacks) is the same numbers again and is not reported.
+    The original always runs first and its result is returned; a report that fails is dropped.
+    """
+    path = os.environ.get("FLIGHTDECK_TELEMETRY")
+    if not path or os.environ.get("FLIGHTDECK_SHIM_WRITERS", "1") == "0":
+        return
+    import importlib
+    import json
+    import math
+    import socket
+    import threading
+
+    lock = threading.Lock()
+    local = threading.local()
+    conn = {"pid": None, "sock": None, "complained": False}
+    protocol = 5  # src/protocol/message.rs PROTOCOL_VERSION
+
+    def send(obj):
+        with lock:
+            if conn["pid"] != os.getpid():
+                # First call, or a forked child holding its parent's socket: a connection of its own.
+                conn["pid"], conn["sock"] = os.getpid(), None
+                try:
+                    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                    sock.connect(path)
+                    rank = int(os.environ.get("RANK", "0"))
+                    hello = {"protocol_version": protocol, "node": os.environ.get("FLIGHTDECK_NODE", "local"),
+                             "agent_version": "shim", "role": "rank"}
+                    sock.sendall((json.dumps(hello) + "\n" + json.dumps({"Register": {"rank": rank, "pid": os.getpid()}}) + "\n").encode())
+                    conn["sock"] = sock
+                except (OSError, ValueError):
+                    pass
+            if conn["sock"] is None:
+                return
+            try:
+                conn["sock"].sendall((json.dumps(obj) + "\n").encode())
+            except OSError:
+                conn["sock"] = None  # the agent is gone; the program goes on
+
+    def number(v):
+        if isinstance(v, (bool, str, bytes)) or v is None:
+            return None
+        try:
+            f = float(v)  # ints, floats, numpy scalars, one-element tensors
+        except Exception:
+            return None
+        return f if math.isfinite(f) else ("nan" if f != f else ("inf" if f > 0 else "-inf"))
+
+    def flat(d, prefix=""):
+        out = []
+        for k, v in d.items():
+            if isinstance(v, dict):
+                out.extend(flat(v, prefix + str(k) + "/"))
+            else:
+                n = number(v)
+                if n is not None:
+                    out.append([prefix + str(k), n])
+        return out
+
+    def step_of(v):
+        n = number(v)
+        return int(n) if isinstance(n, float) and n >= 0 else None
+
+    def report(writer, step, metrics):
+        if metrics:
+            send({"Logged": {"writer": writer, "step": step, "metrics": metrics}})
+
+    def wrap(cls, name, writer, pick):
+        original = getattr(cls, name, None)
+        if original is None or getattr(original, "__flightdeck__", False):
+            return
+
+        def wrapper(self, *args, **kwargs):
+            if getattr(local, "inside", False):
+                return original(self, *args, **kwargs)
+            local.inside = True
+            try:
+                result = original(self, *args, **kwargs)
+            finally:
+                local.inside = False
+            try:
+                report(writer, *pick(self, *args, **kwargs))
+            except Exception:
+                if not conn["complained"]:
+                    conn["complained"] = True
+                    sys.stderr.write("flightdeck shim: could not report a %s call (training on)\n" % writer)
+            return result
+
+        wrapper.__flightdeck__ = True
+        wrapper.__wrapped__ = original
+        wrapper.__name__ = getattr(original, "__name__", name)
+        wrapper.__doc__ = getattr(original, "__doc__", None)
+        setattr(cls, name, wrapper)
+
+    def scalar(self, tag, scalar_value, global_step=None, *args, **kwargs):
+        n = number(scalar_value)
+        return step_of(global_step), ([[str(tag), n]] if n is not None else [])
+
+    def scalars(self, main_tag, tag_scalar_dict, global_step=None, *args, **kwargs):
+        return step_of(global_step), flat(tag_scalar_dict, str(main_tag) + "/")
+
+    def trainer(self, logs, *args, **kwargs):
+        # After the original ran: it added the epoch (and the tokens seen) to `logs`.
+        return step_of(getattr(getattr(self, "state", None), "global_step", None)), flat(logs)
+
+    def wandb_log(self, data, step=None, *args, **kwargs):
+        return step_of(step), flat(data) if isinstance(data, dict) else []
+
+    def tensorboard(module):
+        wrap(module.SummaryWriter, "add_scalar", "tensorboard", scalar)
+        wrap(module.SummaryWriter, "add_scalars", "tensorboard", scalars)
+
+    patches = {
+        "torch.utils.tensorboard.writer": tensorboard,
+        "tensorboardX.writer": tensorboard,
+        "transformers.trainer": lambda m: wrap(m.Trainer, "log", "hf_trainer", trainer),
+        "wandb.sdk.wandb_run": lambda m: wrap(m.Run, "log", "wandb", wandb_log),
+    }
+
+    def patched(name, module):
+        try:
+            patches[name](module)
+        except Exception as e:
+            sys.stderr.write("flightdeck shim: %s not wrapped (%r); its metrics come from its printed lines\n" % (name, e))
+
+    class Finder:
+        """Finds a patched module with the other finders, and patches it once it has run."""
+
+        busy = set()
+
+        def find_spec(self, name, path=None, target=None):
+            if name not in patches or name in self.busy:
+                return None
+            self.busy.add(name)
+            try:
+                spec = importlib.util.find_spec(name)
+            except Exception:
+                return None
+            finally:
+                self.busy.discard(name)
+            loader = getattr(spec, "loader", None)
+            run = getattr(loader, "exec_module", None)
+            if run is None:
+                return spec
+
+            def exec_module(module):
+                run(module)
+                patched(name, module)
+
+            loader.exec_module = exec_module
+            return spec
+
+    import importlib.util
+
+    for name in patches:
+        if name in sys.modules:
+            patched(name, sys.modules[name])
+    sys.meta_path.insert(0, Finder())
+
+
 def _die_with_parent():
     """PR_SET_PDEATHSIG(SIGKILL), through libc; nothing where there is no prctl."""
     if os.environ.get("FLIGHTDECK_LAUNCHER") != "torchrun" or not sys.platform.startswith("linux"):
@@ -203,6 +369,7 @@ def _chain():
 try:
     _die_with_parent()
     _flightdeck_shim()
+    _flightdeck_writers()
 except Exception as _e:
     sys.stderr.write("flightdeck shim: off (%r); the program runs uninstrumented\n" % (_e,))
 _chain()

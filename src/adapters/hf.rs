@@ -43,12 +43,20 @@ pub fn parse(line: u64, text: &str) -> Option<Record> {
     if !known || r.metrics.is_empty() {
         return None;
     }
-    if r.metrics.iter().any(|(k, _)| k == "train_runtime") {
-        r.kind = RecordKind::TrainSummary;
-    } else if r.metrics.iter().all(|(k, _)| k.starts_with("eval_") || k == "epoch") {
-        r.kind = RecordKind::Eval;
-    }
+    r.kind = kind_of(&r.metrics);
     Some(r)
+}
+
+/// What a Trainer's log dict is, printed or handed to `Trainer.log`: the final summary (it
+/// has `train_runtime`), an eval (only `eval_*` keys and the epoch), else a training step.
+pub fn kind_of(metrics: &[(String, f64)]) -> RecordKind {
+    if metrics.iter().any(|(k, _)| k == "train_runtime") {
+        RecordKind::TrainSummary
+    } else if metrics.iter().all(|(k, _)| k.starts_with("eval_") || k == "epoch") {
+        RecordKind::Eval
+    } else {
+        RecordKind::Step
+    }
 }
 
 /// `'a': 1, 'b': np.float64(0.5)` → its entries (commas inside parentheses stay).

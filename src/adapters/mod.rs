@@ -23,6 +23,7 @@ mod torchtitan;
 mod tqdm;
 pub mod value;
 mod verl;
+pub mod writers;
 pub use series::series;
 
 /// A line longer than this is counted and skipped, never parsed or kept.
@@ -312,7 +313,7 @@ fn nan_loss(record: &Record) -> Option<Record> {
 /// The cockpit's standard series a training step also writes, where the framework's metric
 /// means the same: the first of each list that the record has.
 const STANDARD: [(&str, &[(&str, f64)]); 5] = [
-    ("loss", &[("loss", 1.0), ("lm_loss", 1.0), ("train_loss", 1.0)]),
+    ("loss", &[("loss", 1.0), ("lm_loss", 1.0), ("train_loss", 1.0), ("train/loss", 1.0)]),
     (
         "step_time_ms",
         &[

@@ -4,6 +4,8 @@
 //! `agent/mod.rs` to carry out; it never signals, sleeps or writes itself, so every rule of
 //! stop, kill and run end is unit-tested (`owner_tests.rs`) without a process or a socket.
 use super::AgentSpec;
+use crate::adapters::writers::{self, Writer};
+use crate::adapters::{Record, RecordKind};
 use crate::ids::Rank;
 use crate::protocol::{AgentEvent, ExitStatus, RankMsg, RunOutcome};
 use crate::recipe::Kind;
@@ -170,6 +172,9 @@ pub(crate) struct Owner {
     telemetry_open: BTreeSet<Rank>,
     /// The most steps any rank reported finishing: where a graceful stop ended.
     finished_steps: Option<u64>,
+    /// Ranks whose shim reported a `Trainer.log` call: the dicts they print are copies of those
+    /// calls (rounded, without the step), so only the writer's records go upstream.
+    trainer_logs: BTreeSet<Rank>,
 }
 
 impl Owner {
@@ -183,6 +188,7 @@ impl Owner {
             registered: BTreeSet::new(),
             telemetry_open: BTreeSet::new(),
             finished_steps: None,
+            trainer_logs: BTreeSet::new(),
         }
     }
 
@@ -225,6 +231,7 @@ impl Owner {
             // agent waiting for an ack that never comes.
             Input::Event(_) if self.ended() => {}
             Input::Event(event) => {
+                let mut keep = true;
                 match &event {
                     AgentEvent::Rank { rank, msg: RankMsg::Register { .. } } => {
                         self.telemetry_open.insert(*rank);
@@ -237,9 +244,18 @@ impl Owner {
                     AgentEvent::Rank { msg: RankMsg::Finished { steps, .. }, .. } => {
                         self.finished_steps = self.finished_steps.max(Some(*steps));
                     }
+                    AgentEvent::LogRecord { rank, record } => match writers::writer_of(record) {
+                        Some(name) if name == Writer::HfTrainer.name() => {
+                            self.trainer_logs.insert(*rank);
+                        }
+                        Some(_) => {}
+                        None => keep = !(self.trainer_logs.contains(rank) && printed_trainer_dict(record)),
+                    },
                     _ => {}
                 }
-                out.push(Effect::Send(event));
+                if keep {
+                    out.push(Effect::Send(event));
+                }
             }
             Input::TelemetryClosed { rank } => {
                 self.telemetry_open.remove(&rank);
@@ -353,6 +369,12 @@ impl Owner {
             Phase::Ending(outcome, reason) => (*outcome, reason.clone()),
         }
     }
+}
+
+/// A printed line that is what `Trainer.log` prints: a dict without a step (HF's printed dicts
+/// never carry one), as a step, an eval or the final summary.
+fn printed_trainer_dict(record: &Record) -> bool {
+    record.step.is_none() && matches!(record.kind, RecordKind::Step | RecordKind::Eval | RecordKind::TrainSummary)
 }
 
 #[cfg(test)]

@@ -439,3 +439,39 @@ fn a_stop_terminates_torchrun_too_and_never_sends_it_the_workers_save_signal() {
     let e = saving.step(Input::Stop);
     assert_eq!(all_signals(&e), vec![(pid(0), Signal::Save)]);
 }
+
+/// A rank's printed HF dict, as the adapters read it: no step.
+fn printed(r: u32, line: u64, loss: f64) -> AgentEvent {
+    let mut record = crate::adapters::Record::at(line, RecordKind::Step);
+    record.metrics.push(("loss".into(), loss));
+    AgentEvent::LogRecord { rank: Rank(r), record }
+}
+
+fn trainer_log(r: u32, step: u64, loss: f64) -> AgentEvent {
+    let logged: writers::Logged = serde_json::from_value(serde_json::json!({
+        "writer": "hf_trainer", "step": step, "metrics": [["loss", loss]]
+    }))
+    .expect("a Logged");
+    AgentEvent::LogRecord { rank: Rank(r), record: writers::record(1, logged) }
+}
+
+#[test]
+fn once_a_rank_reports_trainer_log_its_printed_dicts_are_not_sent_again_but_other_ranks_and_lines_are() {
+    let mut a = Agent::running(2, false);
+    let sent = |effects: Vec<Effect>| {
+        effects.iter().filter(|e| matches!(e, Effect::Send(AgentEvent::LogRecord { .. }))).count()
+    };
+    // Before the shim's first report the printed dict is all there is.
+    assert_eq!(sent(a.step(Input::Event(printed(0, 1, 0.9)))), 1);
+    assert_eq!(sent(a.step(Input::Event(trainer_log(0, 1, 0.9)))), 1);
+    assert_eq!(sent(a.step(Input::Event(printed(0, 2, 0.8)))), 0, "rank 0's printed copy of Trainer.log");
+    assert_eq!(sent(a.step(Input::Event(trainer_log(0, 2, 0.8)))), 1);
+    // A line that prints its own step, and a failure, are not Trainer dicts.
+    let mut stepped = crate::adapters::Record::at(3, RecordKind::Step);
+    stepped.step = Some(3);
+    assert_eq!(sent(a.step(Input::Event(AgentEvent::LogRecord { rank: Rank(0), record: stepped }))), 1);
+    let failure = crate::adapters::Record::at(4, RecordKind::Event);
+    assert_eq!(sent(a.step(Input::Event(AgentEvent::LogRecord { rank: Rank(0), record: failure }))), 1);
+    // Rank 1's shim never reported: its dicts go on.
+    assert_eq!(sent(a.step(Input::Event(printed(1, 1, 0.9)))), 1);
+}

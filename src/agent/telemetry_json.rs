@@ -2,6 +2,7 @@
 //! binary protocol, one JSON object per line, a `Hello` first. `assets/flightdeck_telemetry.py`
 //! is a stdlib-only client.
 use super::Input;
+use crate::adapters::writers;
 use crate::ids::Rank;
 use crate::protocol::{AgentEvent, Hello, RankMsg, PROTOCOL_VERSION};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
@@ -11,6 +12,13 @@ use tokio::sync::mpsc;
 /// Longest accepted line; a longer one is dropped as a bad frame (and the stream goes on).
 const MAX_LINE_BYTES: usize = 1 << 20;
 const BAD_LINE_REPORTS: u64 = 10;
+
+/// Messages only a JSON client sends: the Python shim's reports of the program's own metric
+/// writers (`crate::adapters::writers`), which become log records as a printed line would.
+#[derive(serde::Deserialize)]
+enum JsonOnly {
+    Logged(writers::Logged),
+}
 
 pub async fn connection(stream: UnixStream, first: Vec<u8>, tx: mpsc::Sender<Input>) {
     let reader = BufReader::new(std::io::Cursor::new(first).chain(stream));
@@ -57,6 +65,16 @@ async fn serve_lines<R: AsyncRead + Unpin>(mut reader: BufReader<R>, tx: mpsc::S
                 }
                 Err(e) => Err(format!("line {line_no}: expected a Hello object first: {e}")),
             }
+        } else if text.strip_prefix('{').is_some_and(|t| t.trim_start().starts_with("\"Logged\"")) {
+            match (serde_json::from_str::<JsonOnly>(text), rank) {
+                (Ok(JsonOnly::Logged(logged)), Some(r)) => {
+                    let record = writers::record(line_no, logged);
+                    let _ = tx.send(Input::Event(AgentEvent::LogRecord { rank: r, record })).await;
+                    Ok(())
+                }
+                (Ok(_), None) => Err(format!("line {line_no}: a rank message before Register")),
+                (Err(e), _) => Err(format!("line {line_no}: {e}")),
+            }
         } else {
             match serde_json::from_str::<RankMsg>(text) {
                 Ok(RankMsg::Register { rank: r, pid }) => {
@@ -101,5 +119,10 @@ mod tests {
         let line = text.lines().find(|l| l.starts_with("PROTOCOL_VERSION = ")).expect("a PROTOCOL_VERSION line");
         let version: u32 = line["PROTOCOL_VERSION = ".len()..].split_whitespace().next().unwrap().parse().unwrap();
         assert_eq!(version, crate::protocol::PROTOCOL_VERSION, "{path}");
+        let shim = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/shim/sitecustomize.py");
+        let text = std::fs::read_to_string(shim).unwrap();
+        let line = text.lines().find(|l| l.trim_start().starts_with("protocol = ")).expect("a protocol line");
+        let version: u32 = line.trim_start()["protocol = ".len()..].split_whitespace().next().unwrap().parse().unwrap();
+        assert_eq!(version, crate::protocol::PROTOCOL_VERSION, "{shim}");
     }
 }
