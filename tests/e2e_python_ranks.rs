@@ -157,12 +157,9 @@ fn a_script_writing_summarywriter_scalars_has_them_in_history_at_its_own_steps()
         ("train/loss", |rank, step| (rank + 1) as f64 / (7.0 * step as f64)),
         ("perf/tps", |rank, step| 1000.0 * step as f64 + rank as f64),
     ] {
-        let csv = db.run(&["metrics", "tb-writer", "--key", key, "--format", "csv"]);
-        let rows = csv_rows(&String::from_utf8_lossy(&csv.stdout));
         for rank in 0..2u32 {
-            let got: Vec<(u64, f64)> = rows.iter().filter(|r| r.1 == rank).map(|r| (r.0, r.2)).collect();
             let want: Vec<(u64, f64)> = [3, 6, 9].iter().map(|s| (*s, value(rank, *s))).collect();
-            assert_eq!(got, want, "{key} of rank {rank}: {rows:?}");
+            assert_eq!(rank_series(&db, "tb-writer", key, rank), want, "{key} of rank {rank}");
         }
     }
     db.finish();
@@ -209,16 +206,19 @@ fn an_hf_trainer_job_has_each_ranks_logged_values_exactly_at_its_global_steps() 
             logged.as_array().unwrap().iter().filter(|e| e.get("loss").is_some()).collect();
         assert_eq!(steps.len(), 3, "{logged}");
         for key in ["loss", "grad_norm", "learning_rate"] {
-            let csv = db.run(&["metrics", "hf-trainer", "--key", key, "--format", "csv"]);
-            let rows = csv_rows(&String::from_utf8_lossy(&csv.stdout));
-            let got: Vec<(u64, f64)> = rows.iter().filter(|r| r.1 == rank).map(|r| (r.0, r.2)).collect();
             let want: Vec<(u64, f64)> =
                 steps.iter().map(|e| (e["step"].as_u64().unwrap(), e[key].as_f64().unwrap())).collect();
-            assert_eq!(got, want, "{key} of rank {rank}: {rows:?}");
+            assert_eq!(rank_series(&db, "hf-trainer", key, rank), want, "{key} of rank {rank}");
         }
-        let csv = db.run(&["metrics", "hf-trainer", "--key", "train_runtime", "--format", "csv"]);
-        let rows = csv_rows(&String::from_utf8_lossy(&csv.stdout));
-        assert_eq!(rows.iter().filter(|r| r.1 == rank).count(), 1, "rank {rank}'s final summary once: {rows:?}");
+        let summary = rank_series(&db, "hf-trainer", "train_runtime", rank);
+        assert_eq!(summary.len(), 1, "rank {rank}'s final summary once: {summary:?}");
     }
     db.finish();
+}
+
+/// One rank's points of a run's series, as `metrics --format csv` gives them: (step, value).
+fn rank_series(db: &Db, run: &str, key: &str, rank: u32) -> Vec<(u64, f64)> {
+    let csv = db.run(&["metrics", run, "--key", key, "--format", "csv"]);
+    let rows = csv_rows(&String::from_utf8_lossy(&csv.stdout));
+    rows.iter().filter(|r| r.1 == rank).map(|r| (r.0, r.2)).collect()
 }

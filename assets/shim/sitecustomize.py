@@ -178,7 +178,7 @@ def _flightdeck_writers():
     path = os.environ.get("FLIGHTDECK_TELEMETRY")
     if not path or os.environ.get("FLIGHTDECK_SHIM_WRITERS", "1") == "0":
         return
-    import importlib
+    import importlib.util
     import json
     import math
     import socket
@@ -323,8 +323,6 @@ def _flightdeck_writers():
 
             loader.exec_module = exec_module
             return spec
-
-    import importlib.util
 
     for name in patches:
         if name in sys.modules:

@@ -23,6 +23,8 @@ pub enum Writer {
 }
 
 impl Writer {
+    pub const ALL: [Writer; 3] = [Writer::Tensorboard, Writer::HfTrainer, Writer::Wandb];
+
     pub fn name(self) -> &'static str {
         match self {
             Writer::Tensorboard => "tensorboard",
@@ -63,9 +65,9 @@ pub fn record(line: u64, logged: Logged) -> Record {
 }
 
 /// A record a writer call made, not a printed line: which writer.
-pub fn writer_of(record: &Record) -> Option<&str> {
+pub fn writer_of(record: &Record) -> Option<Writer> {
     match record.label(WRITER_LABEL) {
-        Some(Label::Text(name)) => Some(name),
+        Some(Label::Text(name)) => Writer::ALL.into_iter().find(|w| w.name() == name),
         _ => None,
     }
 }
@@ -114,7 +116,7 @@ mod tests {
         let r = record(3, step.expect("a step"));
         assert_eq!((r.kind, r.step, r.line), (RecordKind::Step, Some(10), 3));
         assert_eq!(r.metrics, vec![("loss".into(), 0.5), ("grad_norm".into(), 1.5), ("epoch".into(), 0.1)]);
-        assert_eq!(writer_of(&r), Some("hf_trainer"));
+        assert_eq!(writer_of(&r), Some(Writer::HfTrainer));
         let eval = parse(r#"{"writer": "hf_trainer", "step": 10, "metrics": [["eval_loss", 0.7], ["epoch", 0.1]]}"#);
         assert_eq!(record(4, eval.expect("an eval")).kind, RecordKind::Eval);
         let summary =

@@ -245,10 +245,10 @@ impl Owner {
                         self.finished_steps = self.finished_steps.max(Some(*steps));
                     }
                     AgentEvent::LogRecord { rank, record } => match writers::writer_of(record) {
-                        Some(name) if name == Writer::HfTrainer.name() => {
+                        Some(Writer::HfTrainer) => {
                             self.trainer_logs.insert(*rank);
                         }
-                        Some(_) => {}
+                        Some(Writer::Tensorboard | Writer::Wandb) => {}
                         None => keep = !(self.trainer_logs.contains(rank) && printed_trainer_dict(record)),
                     },
                     _ => {}

@@ -114,15 +114,14 @@ mod tests {
     /// and its rank then reports nothing).
     #[test]
     fn the_python_client_speaks_this_protocol_version() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/flightdeck_telemetry.py");
-        let text = std::fs::read_to_string(path).unwrap();
-        let line = text.lines().find(|l| l.starts_with("PROTOCOL_VERSION = ")).expect("a PROTOCOL_VERSION line");
-        let version: u32 = line["PROTOCOL_VERSION = ".len()..].split_whitespace().next().unwrap().parse().unwrap();
-        assert_eq!(version, crate::protocol::PROTOCOL_VERSION, "{path}");
-        let shim = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/shim/sitecustomize.py");
-        let text = std::fs::read_to_string(shim).unwrap();
-        let line = text.lines().find(|l| l.trim_start().starts_with("protocol = ")).expect("a protocol line");
-        let version: u32 = line.trim_start()["protocol = ".len()..].split_whitespace().next().unwrap().parse().unwrap();
-        assert_eq!(version, crate::protocol::PROTOCOL_VERSION, "{shim}");
+        for (file, assignment) in
+            [("assets/flightdeck_telemetry.py", "PROTOCOL_VERSION = "), ("assets/shim/sitecustomize.py", "protocol = ")]
+        {
+            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+            let text = std::fs::read_to_string(&path).unwrap();
+            let line = text.lines().map(str::trim_start).find(|l| l.starts_with(assignment)).expect(assignment);
+            let version: u32 = line[assignment.len()..].split_whitespace().next().unwrap().parse().unwrap();
+            assert_eq!(version, crate::protocol::PROTOCOL_VERSION, "{file}");
+        }
     }
 }
