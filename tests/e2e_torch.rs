@@ -124,6 +124,10 @@ fn a_ddp_rank_asleep_before_a_collective_is_named_with_group_seq_op_line_and_its
         assert_eq!(groups.len(), 2, "the waiting rank and the sleeping one apart: {report:#}");
         let text = String::from_utf8_lossy(&db.run(&["stacks", &id]).stdout).to_string();
         assert!(text.contains("inject") && text.contains("backward"), "Python frames of both ranks:\n{text}");
+        // --native interleaves the C frames: the sleeping rank waits in libc under its Python frame.
+        let native = String::from_utf8_lossy(&db.run(&["stacks", &id, "--rank", "1", "--native"]).stdout).to_string();
+        assert!(native.contains("inject") && native.contains("at libc.so"), "native and Python frames:\n{native}");
+        assert!(!text.contains("at libc.so"), "Python frames only without --native:\n{text}");
     } else {
         skipped(file!(), "the stacks part: py-spy is not on PATH (scripts/setup-pyspy.sh)");
     }

@@ -218,7 +218,7 @@ fn s_dumps_the_selected_rank_off_the_ui_and_the_answer_fills_the_viewer() {
         press(&mut h.app, KeyCode::Tab);
         press(&mut h.app, KeyCode::Tab);
         keys(&mut h.app, "js");
-        assert_eq!(h.app.effects.take(), vec![Command::Stacks { run: h.run.clone(), rank: Some(1) }]);
+        assert_eq!(h.app.effects.take(), vec![Command::Stacks { run: h.run.clone(), rank: Some(1), native: false }]);
         assert_eq!(h.app.overlay, Some(Overlay::Stacks));
         let (text, _) = draw(&h.app);
         assert!(text.contains("dumping stacks of rank 1…"), "{text}");
@@ -233,7 +233,7 @@ fn s_dumps_the_selected_rank_off_the_ui_and_the_answer_fills_the_viewer() {
         press(&mut h.app, KeyCode::Esc);
         assert!(h.app.overlay.is_none());
         keys(&mut h.app, "S");
-        assert_eq!(h.app.effects.take(), vec![Command::Stacks { run: h.run.clone(), rank: None }]);
+        assert_eq!(h.app.effects.take(), vec![Command::Stacks { run: h.run.clone(), rank: None, native: false }]);
         let all = report(&h.run, &[0, 1], 1);
         h.app.on_data(DataEvent::Stacks { run: h.run.clone(), rank: None, result: Ok(Box::new(all)) });
         insta::assert_snapshot!(format!("stacks_all_{}x{}", size.0, size.1), draw(&h.app).0);
@@ -254,6 +254,10 @@ fn s_dumps_the_selected_rank_off_the_ui_and_the_answer_fills_the_viewer() {
         let all = report(&h.run, &[0, 1], 1);
         h.app.on_data(DataEvent::Stacks { run: h.run.clone(), rank: None, result: Ok(Box::new(all)) });
         insta::assert_snapshot!(format!("stacks_debug_{}x{}", size.0, size.1), draw(&h.app).0);
+        assert_eq!(h.app.effects.take(), vec![Command::Stacks { run: h.run.clone(), rank: None, native: false }]);
+        // N: the selected rank's stacks with native frames too (py-spy --native for Python ranks).
+        keys(&mut h.app, "N");
+        assert_eq!(h.app.effects.take(), vec![Command::Stacks { run: h.run.clone(), rank: Some(1), native: true }]);
     }
 }
 

@@ -80,8 +80,8 @@ impl Conn {
                     AgentCommand::Kill => {
                         let _ = tx.send(Input::Kill).await;
                     }
-                    AgentCommand::DumpStacks { request, rank } => {
-                        let _ = tx.send(Input::DumpStacks { request, rank }).await;
+                    AgentCommand::DumpStacks { request, rank, native } => {
+                        let _ = tx.send(Input::DumpStacks { request, rank, native }).await;
                     }
                     AgentCommand::Attach { .. } => {
                         tracing::warn!("second Attach on one connection ignored")

@@ -147,8 +147,8 @@ impl Io {
                     signal_group(pid, signal)
                 }
                 Effect::Arm { timer, at } => inputs.arm(timer, at),
-                Effect::DumpStacks { request, targets } => {
-                    tokio::spawn(dump_stacks(request, targets, self.node.clone(), self.tx.clone()));
+                Effect::DumpStacks { request, targets, native } => {
+                    tokio::spawn(dump_stacks(request, targets, native, self.node.clone(), self.tx.clone()));
                 }
                 Effect::Exit(exit) => return Some(exit),
             }
@@ -182,11 +182,11 @@ fn signal_group(pid: u32, signal: Signal) {
 
 /// Dumps the target ranks side by side (each dump stops only its own rank, briefly) and sends
 /// the answer back through the owner loop, so it is sequenced and acknowledged like any frame.
-async fn dump_stacks(request: u64, targets: Vec<(Rank, u32)>, node: String, tx: mpsc::Sender<Input>) {
+async fn dump_stacks(request: u64, targets: Vec<(Rank, u32)>, native: bool, node: String, tx: mpsc::Sender<Input>) {
     let mut set = tokio::task::JoinSet::new();
     for (rank, pid) in targets {
         let node = node.clone();
-        set.spawn(async move { stacks::dump(rank.0, &node, pid).await });
+        set.spawn(async move { stacks::dump(rank.0, &node, pid, native).await });
     }
     let mut stacks = Vec::new();
     while let Some(done) = set.join_next().await {

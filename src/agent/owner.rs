@@ -50,6 +50,7 @@ pub(crate) enum Input {
     DumpStacks {
         request: u64,
         rank: Option<Rank>,
+        native: bool,
     },
     /// Time for a heartbeat frame.
     Heartbeat,
@@ -115,6 +116,7 @@ pub(crate) enum Effect {
     DumpStacks {
         request: u64,
         targets: Vec<(Rank, u32)>,
+        native: bool,
     },
     Exit(Exit),
 }
@@ -320,9 +322,9 @@ impl Owner {
                 self.signal_all(Signal::Kill, |_| true, &mut out);
             }
             Input::Timer(Timer::Escalate) => self.signal_all(Signal::Kill, |_| true, &mut out),
-            Input::DumpStacks { request, rank } => {
+            Input::DumpStacks { request, rank, native } => {
                 let targets = self.alive.iter().filter(|(r, _)| rank.is_none_or(|want| want == **r));
-                out.push(Effect::DumpStacks { request, targets: targets.map(|(r, p)| (*r, *p)).collect() });
+                out.push(Effect::DumpStacks { request, targets: targets.map(|(r, p)| (*r, *p)).collect(), native });
             }
             Input::Heartbeat if !self.ended() => out.push(Effect::Send(AgentEvent::Heartbeat)),
             Input::Heartbeat => {}

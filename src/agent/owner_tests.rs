@@ -346,13 +346,17 @@ fn stack_dumps_target_the_live_ranks() {
     a.step(exited(1, OK));
     let all = vec![(Rank(0), pid(0)), (Rank(2), pid(2))];
     assert_eq!(
-        a.step(Input::DumpStacks { request: 7, rank: None }),
-        vec![Effect::DumpStacks { request: 7, targets: all }]
+        a.step(Input::DumpStacks { request: 7, rank: None, native: false }),
+        vec![Effect::DumpStacks { request: 7, targets: all, native: false }]
     );
-    let one = a.step(Input::DumpStacks { request: 8, rank: Some(Rank(2)) });
-    assert_eq!(one, vec![Effect::DumpStacks { request: 8, targets: vec![(Rank(2), pid(2))] }]);
-    let gone = a.step(Input::DumpStacks { request: 9, rank: Some(Rank(1)) });
-    assert_eq!(gone, vec![Effect::DumpStacks { request: 9, targets: vec![] }], "an exited rank is answered, empty");
+    let one = a.step(Input::DumpStacks { request: 8, rank: Some(Rank(2)), native: true });
+    assert_eq!(one, vec![Effect::DumpStacks { request: 8, targets: vec![(Rank(2), pid(2))], native: true }]);
+    let gone = a.step(Input::DumpStacks { request: 9, rank: Some(Rank(1)), native: false });
+    assert_eq!(
+        gone,
+        vec![Effect::DumpStacks { request: 9, targets: vec![], native: false }],
+        "an exited rank is answered, empty"
+    );
 }
 
 #[test]

@@ -42,7 +42,7 @@ pub fn choose(pid: u32) -> Result<StackTool, String> {
 }
 
 /// Dumps one rank's threads; never fails, the error says why there are no stacks.
-pub async fn dump(rank: u32, host: &str, pid: u32) -> RankStacks {
+pub async fn dump(rank: u32, host: &str, pid: u32, native: bool) -> RankStacks {
     let mut out =
         RankStacks { rank, host: host.to_string(), pid, tool: None, elapsed_ms: 0, threads: Vec::new(), error: None };
     let tool = match choose(pid) {
@@ -69,6 +69,7 @@ pub async fn dump(rank: u32, host: &str, pid: u32) -> RankStacks {
             "-ex",
             "thread apply all bt",
         ],
+        StackTool::PySpy if native => vec!["dump", "--native", "--pid", &p],
         StackTool::PySpy => vec!["dump", "--pid", &p],
     };
     let started = Instant::now();
@@ -155,13 +156,20 @@ pub fn parse_py_spy(text: &str) -> Vec<ThreadStack> {
         } else if let (Some(t), true) = (threads.last_mut(), line.starts_with("    ")) {
             let l = line.trim();
             let (function, location) = match l.rsplit_once(" (") {
-                Some((f, loc)) => (f.to_string(), Some(loc.trim_end_matches(')').to_string())),
-                None => (l.to_string(), None),
+                Some((f, loc)) => (f, Some(loc.trim_end_matches(')').to_string())),
+                None => (l, None),
             };
+            // With --native, a frame without a symbol is its address, which differs between
+            // processes running the same code; `??` lets identical stacks group.
+            let function = if is_address(function) { "??".to_string() } else { function.to_string() };
             t.frames.push(Frame { function, location });
         }
     }
     threads
+}
+
+fn is_address(function: &str) -> bool {
+    function.strip_prefix("0x").is_some_and(|hex| !hex.is_empty() && hex.chars().all(|c| c.is_ascii_hexdigit()))
 }
 
 /// The text after `#N` on a frame line, if it is one.

@@ -59,6 +59,20 @@ fn py_spy_output_parses_python_frames() {
 }
 
 #[test]
+fn py_spy_native_frames_keep_their_library_and_lose_their_addresses() {
+    // `py-spy dump --native --pid P` of `python -c "import time; time.sleep(30)"`, py-spy 0.4.
+    let text = "Process 3228: python -c import time; time.sleep(30)\nPython v3.11.7 (/usr/bin/python3.11)\n\n\
+                Thread 3228 (idle)\n    clock_nanosleep (libc.so.6)\n    time_sleep (libpython3.11.so.1.0)\n    \
+                <module> (<string>:1)\n    0x7fd5f304524a (libc.so.6)\n";
+    let threads = parse_py_spy(text);
+    assert_eq!(names(&threads[0]), ["clock_nanosleep", "time_sleep", "<module>", "??"]);
+    assert_eq!(threads[0].frames[0].location.as_deref(), Some("libc.so.6"));
+    assert_eq!(threads[0].frames[3].location.as_deref(), Some("libc.so.6"));
+    // A function whose name only starts like an address keeps it.
+    assert_eq!(names(&parse_py_spy("Thread 1 (idle)\n    0xdeadline_fn (a.py:1)\n")[0]), ["0xdeadline_fn"]);
+}
+
+#[test]
 fn rust_symbols_lose_their_hashes_and_escapes() {
     let legacy = "_ZN10flightdeck6worker5train5train17hc59b2d361a0581e3E";
     assert_eq!(clean_function(legacy), "flightdeck::worker::train::train");
@@ -113,7 +127,7 @@ async fn a_live_process_is_dumped_in_a_moment_and_keeps_running() {
     }
     let mut child = std::process::Command::new("sleep").arg("30").spawn().expect("sleep");
     wait_asleep_in_sleep(child.id());
-    let got = dump(7, "local", child.id()).await;
+    let got = dump(7, "local", child.id(), false).await;
     assert!(got.error.is_none(), "{got:?}");
     assert_eq!((got.rank, got.pid), (7, child.id()));
     assert!(!got.threads.is_empty());

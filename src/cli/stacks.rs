@@ -1,4 +1,4 @@
-//! `flightdeck stacks RUN [--rank R] [--json]`: the live ranks' stacks, identical ones grouped.
+//! `flightdeck stacks RUN [--rank R] [--native] [--json]`: the live ranks' stacks, identical ones grouped.
 use super::EXIT_BAD_INPUT;
 use crate::client::Client;
 use crate::paths::DbPaths;
@@ -10,6 +10,10 @@ pub struct StacksArgs {
     /// Only this rank.
     #[arg(long)]
     pub rank: Option<u32>,
+    /// Python ranks' C/C++ frames too (py-spy --native), interleaved with the Python ones:
+    /// where a rank waits inside libtorch or a C extension. Native ranks always have them.
+    #[arg(long)]
+    pub native: bool,
     /// The report as JSON (groups, failures, per-rank timings).
     #[arg(long)]
     pub json: bool,
@@ -17,14 +21,15 @@ pub struct StacksArgs {
 
 pub async fn stacks(db: &DbPaths, args: StacksArgs) -> anyhow::Result<i32> {
     let mut client = Client::connect(db).await?;
-    let report: StackReport = match client.request(&Request::Stacks { run: args.run.clone(), rank: args.rank }).await? {
-        Reply::Stacks(r) => *r,
-        Reply::Error { message } => {
-            eprintln!("flightdeck: {message}");
-            return Ok(EXIT_BAD_INPUT);
-        }
-        other => anyhow::bail!("unexpected reply: {other:?}"),
-    };
+    let report: StackReport =
+        match client.request(&Request::Stacks { run: args.run.clone(), rank: args.rank, native: args.native }).await? {
+            Reply::Stacks(r) => *r,
+            Reply::Error { message } => {
+                eprintln!("flightdeck: {message}");
+                return Ok(EXIT_BAD_INPUT);
+            }
+            other => anyhow::bail!("unexpected reply: {other:?}"),
+        };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -4,7 +4,7 @@ pub use crate::record::{signal_name, CollectiveOp, CollectiveRecord, CollectiveS
 use serde::{Deserialize, Serialize};
 
 /// Bumped on any change to these types; peers with another version are refused.
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
 
 /// The first frame on every connection, in both directions.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -332,7 +332,8 @@ pub enum AgentCommand {
     /// Immediate SIGKILL of every rank.
     Kill,
     /// Read the stacks of every rank on the node (or of `rank`); answered by `StackDump`.
-    DumpStacks { request: u64, rank: Option<Rank> },
+    /// `native`: Python ranks' C/C++ frames too, interleaved with their Python ones.
+    DumpStacks { request: u64, rank: Option<Rank>, native: bool },
 }
 
 /// Client → server.
@@ -396,6 +397,8 @@ pub enum Request {
     Stacks {
         run: String,
         rank: Option<u32>,
+        /// Python ranks' native frames too (py-spy `--native`); native ranks always have them.
+        native: bool,
     },
     /// Read a finished run's logs or TensorBoard events (at `path`, absolute: the server reads
     /// it) into the history (`Reply::Imported`).

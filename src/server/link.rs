@@ -159,7 +159,7 @@ impl Link {
                     self.flush().await?;
                     self.analyze().await?;
                 }
-                Some(ask) = stack_asks.recv() => self.ask_stacks(Pending::Client(ask.reply), ask.rank),
+                Some(ask) = stack_asks.recv() => self.ask_stacks(Pending::Client(ask.reply), ask.rank, ask.native),
                 Some(cmd) = cmds.recv() => {
                     if matches!(cmd, AgentCommand::Stop | AgentCommand::Kill) {
                         self.tracker.analyzer.ending();
@@ -320,7 +320,7 @@ impl Link {
             self.incidents.insert(key, (verdict, false));
             self.write_incident(key, stacks).await?;
             if live {
-                self.ask_stacks(Pending::Incident(key), None);
+                self.ask_stacks(Pending::Incident(key), None, false);
             }
         }
         for (request, stacks) in self.tracker.take_stack_dumps() {
@@ -356,10 +356,10 @@ impl Link {
     }
 
     /// Asks every node's agent for its ranks' stacks (or the one rank's).
-    fn ask_stacks(&mut self, waiter: Pending, rank: Option<u32>) {
+    fn ask_stacks(&mut self, waiter: Pending, rank: Option<u32>, native: bool) {
         self.next_request += 1;
         let request = self.next_request;
-        let cmd = AgentCommand::DumpStacks { request, rank: rank.map(Rank) };
+        let cmd = AgentCommand::DumpStacks { request, rank: rank.map(Rank), native };
         let mut asked = 0;
         for n in self.nodes.iter().filter(|n| !n.done()) {
             match n.handle.cmds.try_send(cmd.clone()) {

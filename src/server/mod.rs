@@ -45,6 +45,7 @@ pub struct Live {
 /// A client's request for a live run's stacks (`rank` None = every rank).
 pub struct StackAsk {
     pub rank: Option<u32>,
+    pub native: bool,
     pub reply: tokio::sync::oneshot::Sender<Vec<crate::protocol::RankStacks>>,
 }
 

@@ -48,6 +48,7 @@ actions! {
     PrevLogRank => "prev_log_rank", "logs: previous rank";
     Stacks => "stacks", "stacks of the selected rank (dumped off the UI; grouped)";
     StacksAll => "stacks_all", "stacks of every rank, grouped; the odd one out marked";
+    StacksNative => "stacks_native", "stacks of the selected rank, C/C++ frames too";
     RecipePicker => "recipe_picker", "launch a recipe from recipes/";
     Refresh => "refresh", "reload from the server";
     Checkpoints => "checkpoints", "checkpoints of the selected or open run";

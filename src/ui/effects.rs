@@ -61,6 +61,7 @@ pub enum Command {
     Stacks {
         run: RunId,
         rank: Option<u32>,
+        native: bool,
     },
 }
 

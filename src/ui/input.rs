@@ -108,8 +108,9 @@ impl App {
             Action::Zoom => self.run.zoom = !self.run.zoom,
             Action::Kill => self.ask_kill_open_run(),
             Action::Checkpoints | Action::Resume | Action::Stop => self.lineage_action(a),
-            Action::Stacks => self.ask_stacks(false),
-            Action::StacksAll => self.ask_stacks(true),
+            Action::Stacks => self.ask_stacks(false, false),
+            Action::StacksAll => self.ask_stacks(true, false),
+            Action::StacksNative => self.ask_stacks(false, true),
             Action::Refresh => {
                 let q =
                     self.run.model.as_ref().map(|m| m.state.record.id.to_string()).unwrap_or(self.run.query.clone());
@@ -147,9 +148,10 @@ impl App {
         }
     }
 
-    /// `s` / `S`: dumps stacks off the UI task and shows the viewer (the layout's stacks panel,
-    /// else an overlay) with "dumping…" until the answer comes.
-    fn ask_stacks(&mut self, all: bool) {
+    /// `s` / `S` / `N`: dumps stacks off the UI task and shows the viewer (the layout's stacks
+    /// panel, else an overlay) with "dumping…" until the answer comes. `native`: Python ranks'
+    /// C/C++ frames too.
+    fn ask_stacks(&mut self, all: bool, native: bool) {
         let now = self.now_ms();
         let Some(m) = self.run.model.as_ref() else { return self.error("no run open") };
         let (run, status, world) = (m.state.record.id.clone(), m.state.record.status, m.world());
@@ -167,7 +169,7 @@ impl App {
         } else {
             self.run.stacks.start(rank, now);
             self.say(format!("dumping stacks of {who}…"));
-            self.effects.send(Command::Stacks { run, rank });
+            self.effects.send(Command::Stacks { run, rank, native });
         }
         match self
             .run_layouts()
@@ -204,8 +206,9 @@ impl App {
             Overlay::Stacks => {
                 let page = self.page();
                 match action {
-                    Some(Action::Stacks) => self.ask_stacks(false),
-                    Some(Action::StacksAll) => self.ask_stacks(true),
+                    Some(Action::Stacks) => self.ask_stacks(false, false),
+                    Some(Action::StacksAll) => self.ask_stacks(true, false),
+                    Some(Action::StacksNative) => self.ask_stacks(false, true),
                     Some(Action::Quit) => self.quit = true,
                     Some(a) if self.run.stacks.on_action(a, page) => {}
                     _ if k.code == KeyCode::Esc || action == Some(Action::Back) => self.overlay = None,

@@ -217,8 +217,8 @@ async fn one(db: &DbPaths, cmd: Command, tx: &mpsc::Sender<DataEvent>) -> anyhow
             points.retain(|(s, _)| *s <= step);
             DataEvent::ParentLoss { child, loss: ParentLoss { parent, step, points } }
         }
-        Command::Stacks { run, rank } => {
-            let result = match request(db, Request::Stacks { run: run.to_string(), rank }).await {
+        Command::Stacks { run, rank, native } => {
+            let result = match request(db, Request::Stacks { run: run.to_string(), rank, native }).await {
                 Ok(Reply::Stacks(report)) => Ok(report),
                 Ok(other) => Err(format!("unexpected reply to stacks: {other:?}")),
                 Err(e) => Err(format!("{e:#}")),

@@ -76,7 +76,7 @@ async fn answer_with(shared: &Shared, req: Request, progress: Progress) -> anyho
         }
         Request::Stop { run } => command(shared, &run, AgentCommand::Stop).await?,
         Request::Kill { run } => command(shared, &run, AgentCommand::Kill).await?,
-        Request::Stacks { run, rank } => stacks::stacks(shared, &run, rank).await?,
+        Request::Stacks { run, rank, native } => stacks::stacks(shared, &run, rank, native).await?,
         Request::Follow { .. } | Request::Watch { .. } | Request::Open { .. } => {
             anyhow::bail!("streamed requests are not answered once")
         }

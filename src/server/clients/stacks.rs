@@ -10,14 +10,16 @@ use std::time::Duration;
 const STACKS_WAIT: Duration = Duration::from_secs(45);
 
 /// Asks the run's agent for stacks (all ranks or one) and groups identical ones.
-pub async fn stacks(shared: &Shared, run: &str, rank: Option<u32>) -> anyhow::Result<Reply> {
+pub async fn stacks(shared: &Shared, run: &str, rank: Option<u32>, native: bool) -> anyhow::Result<Reply> {
     let id = resolve(shared, run).await?;
     let tx = lock(&shared.registry).get(&id).map(|l| l.stacks.clone());
     let Some(tx) = tx else {
         anyhow::bail!("run {id} is not live: stacks are read from running ranks (`flightdeck show {id}` has its incident reports)")
     };
     let (reply, answer) = tokio::sync::oneshot::channel();
-    tx.send(crate::server::StackAsk { rank, reply }).await.map_err(|_| anyhow::anyhow!("run {id} ended meanwhile"))?;
+    tx.send(crate::server::StackAsk { rank, native, reply })
+        .await
+        .map_err(|_| anyhow::anyhow!("run {id} ended meanwhile"))?;
     let stacks = match tokio::time::timeout(STACKS_WAIT, answer).await {
         Ok(Ok(s)) => s,
         Ok(Err(_)) => anyhow::bail!("run {id} ended (or its agent went away) before the stacks came back"),
