@@ -38,11 +38,12 @@ fn an_unknown_run_is_bad_input_not_a_crash() {
     let db = Db::new();
     let out = db.run(&["show", "no-such-run"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("no run matches"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let said = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(said.contains("no run matches"), "{said}");
+    // attach says the same before it needs a terminal (this test has none).
+    let out = db.run(&["attach", "no-such-run"]);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stderr), said);
     db.finish();
 }
 

@@ -56,6 +56,26 @@ fn command_line_launches_a_recipe_with_overrides() {
 }
 
 #[test]
+fn open_of_an_unknown_run_says_why_and_stays_on_home() {
+    let mut app = app(Start::Home);
+    app.effects.take();
+    typed(&mut app, ":open nosuch");
+    press(&mut app, KeyCode::Enter);
+    assert_eq!(app.effects.take(), vec![Command::Open { run: "nosuch".into() }]);
+    let message = "no run matches \"nosuch\"; `flightdeck runs` lists them".to_string();
+    app.on_data(DataEvent::OpenFailed { run: "nosuch".into(), message });
+    assert_eq!(app.screen, Screen::Home);
+    assert_eq!(app.effects.take(), vec![Command::Close, Command::ListRuns]);
+    let status = app.status.as_ref().expect("a status line");
+    assert!(status.error && status.text.contains("cannot open nosuch: no run matches"), "{}", status.text);
+    // A late refusal of a run the user already left does not pull them off another one.
+    typed(&mut app, ":open other");
+    press(&mut app, KeyCode::Enter);
+    app.on_data(DataEvent::OpenFailed { run: "nosuch".into(), message: "gone".into() });
+    assert_eq!(app.screen, Screen::Run);
+}
+
+#[test]
 fn enter_opens_and_q_goes_home_without_stopping_the_run() {
     let runs: Vec<RunRecord> = fixture("runs.json");
     let mut app = app(Start::Home);

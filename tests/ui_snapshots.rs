@@ -6,7 +6,7 @@ use flightdeck::agent::nvml_decode::{decode, RawGpuReading};
 use flightdeck::ids::{Rank, RunId};
 use flightdeck::protocol::{AgentEvent, AgentFrame, RunSnapshot};
 use flightdeck::store::{CheckpointRecord, Point, ResumePoint, RunRecord};
-use flightdeck::ui::app::Screen;
+use flightdeck::ui::app::{Overlay, Screen};
 use flightdeck::ui::effects::{Command, DataEvent, Effects};
 use flightdeck::ui::io::mean_by_step;
 use flightdeck::ui::keymap::{Keymap, DEFAULT_KEYMAP};
@@ -157,6 +157,42 @@ fn help_from_the_keymap() {
         keys(&mut app, "?");
         insta::assert_snapshot!(format!("help_{}x{}", size.0, size.1), draw(&app));
     }
+}
+
+#[test]
+fn help_pages_with_every_paging_key_and_says_what_is_below() {
+    let mut app = live_app((80, 24), 10, 0);
+    keys(&mut app, "?");
+    let text = draw(&app);
+    assert!(text.contains("more below · pagedown/pageup scroll"), "{text}");
+    assert!(!text.contains("scroll a panel, click to focus it"), "the last entry is below at 80x24: {text}");
+    assert!(text.contains(":run RECIPE k=v, :open RUN, :kill, :lay…"), "a long entry is elided with …: {text}");
+    for (name, event) in [
+        ("pagedown", KeyEvent::new(KeyCode::PageDown, KeyModifiers::NONE)),
+        ("ctrl-d", KeyEvent::new(KeyCode::Char('d'), KeyModifiers::CONTROL)),
+        ("G", key('G')),
+        ("end", KeyEvent::new(KeyCode::End, KeyModifiers::NONE)),
+        ("pageup", KeyEvent::new(KeyCode::PageUp, KeyModifiers::NONE)),
+        ("g", key('g')),
+    ] {
+        app.on_key(event);
+        assert!(matches!(app.overlay, Some(Overlay::Help { .. })), "{name} keeps help open");
+    }
+    keys(&mut app, "G");
+    let text = draw(&app);
+    assert!(
+        text.contains("scroll a panel, click to focus it") && text.contains("end · "),
+        "G shows the last entry: {text}"
+    );
+    keys(&mut app, "k");
+    assert!(draw(&app).contains("1 more below"), "k from the end scrolls up one at once");
+    keys(&mut app, "q");
+    assert!(app.overlay.is_none(), "q still closes help");
+    // At 160x48 every entry fits: no scroll line.
+    let mut big = live_app((160, 48), 10, 0);
+    keys(&mut big, "?");
+    let text = draw(&big);
+    assert!(text.contains("scroll a panel, click to focus it") && !text.contains("more below"), "{text}");
 }
 
 fn ckpt(run: &RunId, step: u64, saved_ms: u64, problem: Option<&str>) -> CheckpointRecord {

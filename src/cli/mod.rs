@@ -138,7 +138,7 @@ async fn client_command(db: &DbPaths, cmd: Cmd) -> anyhow::Result<i32> {
         Cmd::Metrics(args) => query::metrics(db, args).await,
         Cmd::Stop { run } => query::stop_or_kill(db, &run, false).await,
         Cmd::Kill { run } => query::stop_or_kill(db, &run, true).await,
-        Cmd::Attach { run } => crate::ui::run(db, crate::ui::Start::Open(run)).await,
+        Cmd::Attach { run } => query::attach(db, &run).await,
         Cmd::Ckpts { run, json, verify } => ckpts::ckpts(db, &run, json, verify).await,
         Cmd::Resume(args) => resume::resume(db, args).await,
         Cmd::Stacks(args) => stacks::stacks(db, args).await,

@@ -79,6 +79,17 @@ fn truncate(s: &str, n: usize) -> String {
     }
 }
 
+/// The cockpit on one run, once the server knows it: an unknown run is refused like `show`'s,
+/// before the terminal is taken over.
+pub async fn attach(db: &DbPaths, run: &str) -> anyhow::Result<i32> {
+    let id = match ask(db, Request::ShowRun { run: run.into() }).await? {
+        Ok(Reply::Run { detail }) => detail.run.id.to_string(),
+        Ok(other) => anyhow::bail!("unexpected reply: {other:?}"),
+        Err(m) => return refused(&m),
+    };
+    crate::ui::run(db, crate::ui::Start::Open(id)).await
+}
+
 pub async fn show(db: &DbPaths, run: &str, json: bool) -> anyhow::Result<i32> {
     let d: RunDetail = match ask(db, Request::ShowRun { run: run.into() }).await? {
         Ok(Reply::Run { detail }) => *detail,

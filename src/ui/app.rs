@@ -309,6 +309,13 @@ impl App {
             | DataEvent::Resumed(_)
             | DataEvent::ResumeFailed(_)
             | DataEvent::ParentLoss { .. }) => return self.on_lineage_data(&ev),
+            DataEvent::OpenFailed { run, message } => {
+                // Back to Home, unless the user has moved on meanwhile.
+                if self.screen == Screen::Run && self.run.model.is_none() && self.run.query == run {
+                    self.go_home();
+                }
+                self.error(format!("cannot open {run}: {message}"));
+            }
             DataEvent::Error(text) => {
                 if self.screen == Screen::Run && self.run.model.is_none() {
                     self.run.error = Some(text.clone());

@@ -115,6 +115,11 @@ pub enum DataEvent {
         rank: Option<u32>,
         result: Result<Box<StackReport>, String>,
     },
+    /// The server refused to open `run` (no such run, an ambiguous prefix): nothing to show.
+    OpenFailed {
+        run: String,
+        message: String,
+    },
     /// Something done, to say in the status line.
     Done(String),
     Error(String),

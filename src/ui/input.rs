@@ -195,11 +195,14 @@ impl App {
     }
 
     fn on_overlay_key(&mut self, k: KeyEvent, action: Option<Action>) {
+        let help_last = super::panels::help::max_scroll(&self.keymap, self.body());
+        let help_page = self.page();
         let Some(ov) = self.overlay.as_mut() else { return };
         match ov {
             Overlay::Help { scroll } => match action {
-                Some(Action::Up) => *scroll = scroll.saturating_sub(1),
-                Some(Action::Down) => *scroll += 1,
+                Some(
+                    a @ (Action::Up | Action::Down | Action::PageUp | Action::PageDown | Action::Top | Action::Bottom),
+                ) => *scroll = a.move_cursor((*scroll).min(help_last), help_last + 1, help_page).unwrap_or(*scroll),
                 Some(Action::Quit) => self.quit = true,
                 _ => self.overlay = None,
             },

@@ -73,9 +73,14 @@ impl Drop for ServerLink {
 async fn stream(db: &DbPaths, run: &str, tx: &mpsc::Sender<DataEvent>) -> anyhow::Result<()> {
     let mut c = Client::connect(db).await?;
     c.send(&Request::Open { run: run.to_string() }).await?;
+    let mut opened = false;
     while let Some(reply) = c.next().await? {
         let ev = match reply {
-            Reply::Snapshot(s) => DataEvent::Snapshot(s),
+            Reply::Error { message } if !opened => DataEvent::OpenFailed { run: run.to_string(), message },
+            Reply::Snapshot(s) => {
+                opened = true;
+                DataEvent::Snapshot(s)
+            }
             Reply::Frames { run, node, frames } => DataEvent::Frames { run, node, frames },
             Reply::Lagged { run, skipped } => DataEvent::Lagged { run, skipped },
             Reply::Ended { run, status, reason } => {

@@ -8,7 +8,21 @@ use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Clear, Paragraph, Widget};
 
-pub fn lines(keymap: &Keymap) -> Vec<Line<'static>> {
+/// Width of the keys column, its padding included.
+const KEYS_COLUMN: usize = 16;
+
+/// One line per action (the layouts on one), its text elided with `…` to fit `width` columns.
+pub fn lines(keymap: &Keymap, width: usize) -> Vec<Line<'static>> {
+    let text_width = width.saturating_sub(KEYS_COLUMN).max(1);
+    let entry = |keys: &str, text: &str| {
+        Line::from(vec![
+            Span::styled(
+                format!("{:<KEYS_COLUMN$}", fmt::truncate(keys, KEYS_COLUMN - 1)),
+                Style::new().fg(Color::Cyan),
+            ),
+            Span::raw(fmt::truncate(text, text_width)),
+        ])
+    };
     let mut out = Vec::new();
     let mut layouts = Vec::new();
     for &a in Action::ALL {
@@ -17,27 +31,33 @@ pub fn lines(keymap: &Keymap) -> Vec<Line<'static>> {
             layouts.push(keys);
             continue;
         }
-        out.push(Line::from(vec![
-            Span::styled(format!("{:<16}", fmt::truncate(&keys, 15)), Style::new().fg(Color::Cyan)),
-            Span::raw(a.help()),
-        ]));
+        out.push(entry(&keys, a.help()));
     }
-    out.push(Line::from(vec![
-        Span::styled(format!("{:<16}", fmt::truncate(&layouts.join(" "), 15)), Style::new().fg(Color::Cyan)),
-        Span::raw("layouts 1–9 (run: default, debug, gpu, then yours)"),
-    ]));
-    out.push(Line::from(vec![
-        Span::styled(format!("{:<16}", "mouse"), Style::new().fg(Color::Cyan)),
-        Span::raw("scroll a panel, click to focus it"),
-    ]));
+    out.push(entry(&layouts.join(" "), "layouts 1–9 (run: default, debug, gpu, then yours)"));
+    out.push(entry("mouse", "scroll a panel, click to focus it"));
     out
 }
 
-pub fn render(keymap: &Keymap, scroll: usize, area: Rect, buf: &mut Buffer) {
-    let all = lines(keymap);
+/// Where the popup goes in `area`, and how many entries it shows at once (one row less than
+/// its inside when they do not all fit: that row says how many more there are).
+fn geometry(n: usize, area: Rect) -> (Rect, usize) {
     let w = area.width.min(72);
-    let h = area.height.min(all.len() as u16 + 2);
+    let h = area.height.min(n as u16 + 2);
     let r = Rect { x: area.x + (area.width - w) / 2, y: area.y + (area.height - h) / 2, width: w, height: h };
+    let inside = h.saturating_sub(2) as usize;
+    (r, if n > inside { inside.saturating_sub(1).max(1) } else { n })
+}
+
+/// The largest useful scroll offset in `area`: the last entry on the last row.
+pub fn max_scroll(keymap: &Keymap, area: Rect) -> usize {
+    let n = lines(keymap, 0).len();
+    n.saturating_sub(geometry(n, area).1)
+}
+
+pub fn render(keymap: &Keymap, scroll: usize, area: Rect, buf: &mut Buffer) {
+    let n = lines(keymap, 0).len();
+    let (r, shown) = geometry(n, area);
+    let all = lines(keymap, r.width.saturating_sub(2) as usize);
     Clear.render(r, buf);
     let title = Line::from(vec![
         Span::styled(" help ", Style::new().add_modifier(Modifier::BOLD)),
@@ -46,7 +66,18 @@ pub fn render(keymap: &Keymap, scroll: usize, area: Rect, buf: &mut Buffer) {
     let block = fmt::panel_block(title, true);
     let inner = block.inner(r);
     block.render(r, buf);
-    let max_scroll = all.len().saturating_sub(inner.height as usize);
-    let lines: Vec<Line> = all.into_iter().skip(scroll.min(max_scroll)).collect();
+    let scroll = scroll.min(n.saturating_sub(shown));
+    let mut lines: Vec<Line> = all.into_iter().skip(scroll).take(shown).collect();
+    if shown < n {
+        let (above, below) = (scroll, n - scroll - shown);
+        let keys = format!("{}/{} scroll", keymap.hint(Action::PageDown), keymap.hint(Action::PageUp));
+        let text = match (above, below) {
+            (_, 0) => format!("end · {above} above · {keys}"),
+            (0, _) => format!("{below} more below · {keys}"),
+            _ => format!("{above} above · {below} more below · {keys}"),
+        };
+        let text = fmt::truncate(&text, inner.width as usize);
+        lines.push(Line::from(Span::styled(text, Style::new().fg(Color::DarkGray))));
+    }
     Paragraph::new(lines).render(inner, buf);
 }
