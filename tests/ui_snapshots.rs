@@ -160,6 +160,15 @@ fn help_from_the_keymap() {
 }
 
 #[test]
+fn a_log_search_without_a_match_says_so() {
+    let mut app = live_app((160, 48), 10, 0);
+    keys(&mut app, "/zzz");
+    app.on_key(KeyEvent::new(KeyCode::Enter, KeyModifiers::NONE));
+    let text = draw(&app);
+    assert!(text.contains("no match for \"zzz\"") && !text.contains("no log lines"), "{text}");
+}
+
+#[test]
 fn help_pages_with_every_paging_key_and_says_what_is_below() {
     let mut app = live_app((80, 24), 10, 0);
     keys(&mut app, "?");

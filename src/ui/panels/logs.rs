@@ -93,7 +93,12 @@ pub fn render(model: Option<&RunModel>, view: &LogsView, focused: bool, area: Re
         .filter(|l| needle.is_empty() || l.line.to_lowercase().contains(&needle))
         .collect();
     if lines.is_empty() {
-        Paragraph::new(Line::styled("no log lines", fmt::dim())).render(inner, buf);
+        let from = view.rank.map(|r| format!(" from rank {r}")).unwrap_or_default();
+        let why = match view.search.as_str() {
+            "" => format!("no log lines{from}"),
+            s => format!("no match for \"{s}\"{}", view.rank.map(|r| format!(" in rank {r}")).unwrap_or_default()),
+        };
+        Paragraph::new(Line::styled(why, fmt::dim())).render(inner, buf);
         return;
     }
     let h = inner.height as usize;
