@@ -108,9 +108,7 @@ impl App {
             Action::Zoom => self.run.zoom = !self.run.zoom,
             Action::Kill => self.ask_kill_open_run(),
             Action::Checkpoints | Action::Resume | Action::Stop => self.lineage_action(a),
-            Action::Stacks => self.ask_stacks(false, false),
-            Action::StacksAll => self.ask_stacks(true, false),
-            Action::StacksNative => self.ask_stacks(false, true),
+            Action::Stacks | Action::StacksAll | Action::StacksNative => self.ask_stacks(a),
             Action::Refresh => {
                 let q =
                     self.run.model.as_ref().map(|m| m.state.record.id.to_string()).unwrap_or(self.run.query.clone());
@@ -151,7 +149,8 @@ impl App {
     /// `s` / `S` / `N`: dumps stacks off the UI task and shows the viewer (the layout's stacks
     /// panel, else an overlay) with "dumping…" until the answer comes. `native`: Python ranks'
     /// C/C++ frames too.
-    fn ask_stacks(&mut self, all: bool, native: bool) {
+    fn ask_stacks(&mut self, which: Action) {
+        let (all, native) = (which == Action::StacksAll, which == Action::StacksNative);
         let now = self.now_ms();
         let Some(m) = self.run.model.as_ref() else { return self.error("no run open") };
         let (run, status, world) = (m.state.record.id.clone(), m.state.record.status, m.world());
@@ -195,7 +194,7 @@ impl App {
     }
 
     fn on_overlay_key(&mut self, k: KeyEvent, action: Option<Action>) {
-        let help_last = super::panels::help::max_scroll(&self.keymap, self.body());
+        let help_last = super::panels::help::max_scroll(self.body());
         let help_page = self.page();
         let Some(ov) = self.overlay.as_mut() else { return };
         match ov {
@@ -209,9 +208,7 @@ impl App {
             Overlay::Stacks => {
                 let page = self.page();
                 match action {
-                    Some(Action::Stacks) => self.ask_stacks(false, false),
-                    Some(Action::StacksAll) => self.ask_stacks(true, false),
-                    Some(Action::StacksNative) => self.ask_stacks(false, true),
+                    Some(a @ (Action::Stacks | Action::StacksAll | Action::StacksNative)) => self.ask_stacks(a),
                     Some(Action::Quit) => self.quit = true,
                     Some(a) if self.run.stacks.on_action(a, page) => {}
                     _ if k.code == KeyCode::Esc || action == Some(Action::Back) => self.overlay = None,

@@ -48,14 +48,19 @@ fn geometry(n: usize, area: Rect) -> (Rect, usize) {
     (r, if n > inside { inside.saturating_sub(1).max(1) } else { n })
 }
 
+/// How many entries `lines` makes: one per action but the layouts, theirs, and the mouse's.
+fn entry_count() -> usize {
+    Action::ALL.iter().filter(|a| a.layout_index().is_none()).count() + 2
+}
+
 /// The largest useful scroll offset in `area`: the last entry on the last row.
-pub fn max_scroll(keymap: &Keymap, area: Rect) -> usize {
-    let n = lines(keymap, 0).len();
+pub fn max_scroll(area: Rect) -> usize {
+    let n = entry_count();
     n.saturating_sub(geometry(n, area).1)
 }
 
 pub fn render(keymap: &Keymap, scroll: usize, area: Rect, buf: &mut Buffer) {
-    let n = lines(keymap, 0).len();
+    let n = entry_count();
     let (r, shown) = geometry(n, area);
     let all = lines(keymap, r.width.saturating_sub(2) as usize);
     Clear.render(r, buf);
@@ -77,7 +82,7 @@ pub fn render(keymap: &Keymap, scroll: usize, area: Rect, buf: &mut Buffer) {
             _ => format!("{above} above · {below} more below · {keys}"),
         };
         let text = fmt::truncate(&text, inner.width as usize);
-        lines.push(Line::from(Span::styled(text, Style::new().fg(Color::DarkGray))));
+        lines.push(Line::styled(text, fmt::dim()));
     }
     Paragraph::new(lines).render(inner, buf);
 }

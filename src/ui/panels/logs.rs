@@ -93,10 +93,11 @@ pub fn render(model: Option<&RunModel>, view: &LogsView, focused: bool, area: Re
         .filter(|l| needle.is_empty() || l.line.to_lowercase().contains(&needle))
         .collect();
     if lines.is_empty() {
-        let from = view.rank.map(|r| format!(" from rank {r}")).unwrap_or_default();
-        let why = match view.search.as_str() {
-            "" => format!("no log lines{from}"),
-            s => format!("no match for \"{s}\"{}", view.rank.map(|r| format!(" in rank {r}")).unwrap_or_default()),
+        let why = match (view.search.as_str(), view.rank) {
+            ("", None) => "no log lines".to_string(),
+            ("", Some(r)) => format!("no log lines from rank {r}"),
+            (s, None) => format!("no match for \"{s}\""),
+            (s, Some(r)) => format!("no match for \"{s}\" in rank {r}"),
         };
         Paragraph::new(Line::styled(why, fmt::dim())).render(inner, buf);
         return;
