@@ -71,13 +71,19 @@ fn culprit_ranks(v: &Value) -> Vec<u64> {
 }
 
 /// Kills the run and checks that it ends killed and nothing of it survives.
-fn kill_and_finish(db: &Db, mut child: Child, mut lines: Lines, id: &str) {
+fn kill_and_finish(db: &Db, child: Child, lines: Lines, id: &str) {
+    kill(db, child, lines, id);
+    db.finish();
+}
+
+/// Kills the run; returns the line its follower ended with.
+fn kill(db: &Db, mut child: Child, mut lines: Lines, id: &str) -> String {
     let out = db.run(&["kill", id]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let end = read_until(&mut lines, |l| l.starts_with(&format!("run {id} ")));
     assert!(end.contains("killed"), "{end}");
-    assert!(!child.wait().unwrap().success());
-    db.finish();
+    assert_eq!(child.wait().unwrap().code(), Some(1), "a killed run exits 1");
+    end
 }
 
 fn stack_tool() -> bool {
@@ -91,6 +97,7 @@ fn a_rank_hung_before_its_collective_is_named_and_kill_leaves_nothing() {
     let line = read_until(&mut lines, |l| l.starts_with(&format!("{id} verdict ")));
     assert!(line.contains("verdict never-entered"), "{line}");
     let s = show(&db, &id);
+    assert_eq!(s["run"]["status"], "hung", "a live hang verdict makes the run hung: {}", s["run"]);
     let v = &of_kind(&s, "never-entered")[0];
     assert_eq!(culprit_ranks(v), [1]);
     let c = &v["culprits"][0];
@@ -112,7 +119,12 @@ fn a_rank_hung_before_its_collective_is_named_and_kill_leaves_nothing() {
     }
     let text = String::from_utf8_lossy(&db.run(&["show", &id]).stdout).to_string();
     assert!(text.contains(&format!("incident report: {report}")), "{text}");
-    kill_and_finish(&db, child, lines, &id);
+    assert!(text.contains("status hung") || text.contains("hung"), "{text}");
+    // Killed while hung: the final status is killed, and the reason says it was hung.
+    let end = kill(&db, child, lines, &id);
+    assert!(end.ends_with(", while hung"), "{end}");
+    assert!(show(&db, &id)["run"]["reason"].as_str().unwrap().ends_with(", while hung"));
+    db.finish();
 }
 
 #[test]

@@ -110,7 +110,7 @@ fn ddp_job_metrics(command: &str) -> Option<Db> {
     let argv = [python.to_str().unwrap(), script.to_str().unwrap(), "--steps", "30", "--log-every", "5"];
     command_recipe_with(&recipe, "ddp-logs", &argv, 2, command);
     let out = db.run(&["run", recipe.to_str().unwrap(), "--headless"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     for key in ["loss", "step_time_ms", "grad_norm", "lr"] {
         let csv = db.run(&["metrics", "ddp-logs", "--key", key, "--format", "csv"]);
         let rows = csv_rows(&String::from_utf8_lossy(&csv.stdout));
@@ -151,7 +151,7 @@ fn a_script_writing_summarywriter_scalars_has_them_in_history_at_its_own_steps()
     let recipe = db.path().join("writer.toml");
     command_recipe(&recipe, "tb-writer", &[python.to_str().unwrap(), script.to_str().unwrap()], 2);
     let out = db.run(&["run", recipe.to_str().unwrap(), "--headless"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     for (key, value) in [
         ("loss", (|rank: u32, step: u64| (rank + 1) as f64 / (7.0 * step as f64)) as fn(u32, u64) -> f64),
         ("train/loss", |rank, step| (rank + 1) as f64 / (7.0 * step as f64)),
@@ -198,7 +198,7 @@ fn an_hf_trainer_job_has_each_ranks_logged_values_exactly_at_its_global_steps() 
     let recipe = db.path().join("hf.toml");
     command_recipe_with(&recipe, "hf-trainer", &argv, 2, "launcher = \"torchrun\"\n");
     let out = db.run(&["run", recipe.to_str().unwrap(), "--headless"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     for rank in 0..2u32 {
         let path = db.path().join(format!("history-{rank}.json"));
         let logged: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();

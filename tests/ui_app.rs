@@ -2,11 +2,12 @@
 //! model with no gap or double count, and odd sizes never panic.
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use flightdeck::protocol::{AgentFrame, RunSnapshot};
-use flightdeck::store::RunRecord;
+use flightdeck::store::{CheckpointRecord, RunRecord};
 use flightdeck::ui::app::{Overlay, Screen};
 use flightdeck::ui::effects::{Command, DataEvent, Effects};
 use flightdeck::ui::keymap::{Keymap, DEFAULT_KEYMAP};
 use flightdeck::ui::model::RunModel;
+use flightdeck::ui::panels::ckpts::CkptList;
 use flightdeck::ui::{layout, App, Start};
 use ratatui::backend::TestBackend;
 use ratatui::layout::Rect;
@@ -231,8 +232,30 @@ fn r_on_a_live_run_kills_it_then_restarts_from_the_newest_verified_checkpoint() 
     let Some(Overlay::ConfirmResume(plan)) = &app.overlay else { panic!("R asks first: {:?}", app.overlay) };
     assert!(plan.kill_first && plan.step.is_none(), "a live run is killed, then restarted from the newest");
     let said: String = plan.lines().iter().map(|l| l.to_string()).collect::<Vec<_>>().join("\n");
-    assert!(said.contains("Kill run") && said.contains("kill and restart"), "{said}");
-    app.effects.take();
+    assert!(said.contains("Kill run") && said.contains("then"), "{said}");
+    assert!(plan.keys("K").contains("waiting for the checkpoint listing"), "{}", plan.keys("K"));
+    // y waits for the listing: a kill must know there is something to restart from.
+    typed(&mut app, "y");
+    assert!(app.effects.take().iter().all(|c| !matches!(c, Command::Resume { .. })));
+    let dir = format!("/r/{id}/checkpoints");
+    let saved = CheckpointRecord {
+        run: id.clone(),
+        step: 10,
+        path: format!("{dir}/step-00000010"),
+        bytes: 1 << 20,
+        loss: Some(2.1),
+        saved_ms: 1,
+        blocking_ms: 1.0,
+        write_ms: 2.0,
+        verified: true,
+        checked: "sha256".into(),
+        checked_ms: 1,
+        problem: None,
+    };
+    let list = CkptList { run: id.clone(), dir, latest: Some(10), checkpoints: vec![saved] };
+    app.on_data(DataEvent::Checkpoints(Box::new(list)));
+    let Some(Overlay::ConfirmResume(plan)) = &app.overlay else { panic!("still asking: {:?}", app.overlay) };
+    assert_eq!(plan.keys("K"), "y confirm · esc cancel");
     typed(&mut app, "y");
     assert_eq!(app.effects.take(), vec![Command::Resume { run: id, step: None, kill_first: true }]);
 }

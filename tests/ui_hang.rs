@@ -10,6 +10,7 @@ use flightdeck::protocol::{RankMsg, RankStacks, RunSnapshot, StackReport, StackT
 use flightdeck::ui::app::Overlay;
 use flightdeck::ui::effects::{Command, DataEvent, Effects};
 use flightdeck::ui::keymap::{Keymap, DEFAULT_KEYMAP};
+use flightdeck::ui::panels::ckpts::CkptList;
 use flightdeck::ui::panels::matrix::{self, Cell};
 use flightdeck::ui::panels::stacks::{report_lines, StacksState};
 use flightdeck::ui::{layout, App, Start};
@@ -169,6 +170,8 @@ fn the_banner_names_the_culprit_and_its_row_stands_out() {
         let (text, buf) = draw(&h.app);
         let banner = text.lines().nth(1).expect("line 2");
         assert!(banner.contains("HANG never-entered") && banner.contains("rank 1 (local, pid"), "{banner}");
+        let header = text.lines().next().expect("line 1");
+        assert!(header.contains(" hung ") && !header.contains("running"), "a live hang makes it hung: {header}");
         assert!(buf[(1, 1)].bg == Color::Red, "the banner is red");
         insta::assert_snapshot!(format!("banner_default_{}x{}", size.0, size.1), text);
         // The culprit's row in the ranks table: red and reversed, its rank marked.
@@ -185,9 +188,10 @@ fn the_banner_names_the_culprit_and_its_row_stands_out() {
         assert_eq!(n, 1);
         keys(&mut h.app, "2");
         insta::assert_snapshot!(format!("banner_debug_{}x{}", size.0, size.1), draw(&h.app).0);
-        // Progress resumes: the banner goes.
+        // Progress resumes: the banner goes, and the run is running again.
         h.app.on_data(DataEvent::Verdicts { run: h.run.clone(), verdicts: vec![] });
-        assert!(!draw(&h.app).0.contains("HANG"));
+        let (text, _) = draw(&h.app);
+        assert!(!text.contains("HANG") && text.lines().next().unwrap().contains(" running "), "{text}");
     }
 }
 
@@ -296,4 +300,67 @@ fn stacks_of_a_finished_run_say_why_not_and_ask_nothing() {
     assert!(app.effects.take().is_empty());
     let (text, _) = draw(&app);
     assert!(text.contains("is succeeded, not live: stacks are read from"), "{text}");
+}
+
+/// The hung run, with its (empty) checkpoint listing: `checkpoint.every = 100`, step 12.
+fn no_checkpoints(h: &Hung) -> DataEvent {
+    let dir = format!("/data/fd/runs/{}/checkpoints", h.run);
+    DataEvent::Checkpoints(Box::new(CkptList { run: h.run.clone(), dir, latest: None, checkpoints: Vec::new() }))
+}
+
+#[test]
+fn r_on_a_hung_run_without_a_checkpoint_refuses_before_killing_and_offers_k() {
+    for size in SIZES {
+        let mut h = hung(size);
+        let v = verdict(&h);
+        h.app.on_data(DataEvent::Verdicts { run: h.run.clone(), verdicts: vec![v] });
+        h.app.effects.take();
+        keys(&mut h.app, "R");
+        assert_eq!(h.app.effects.take(), vec![Command::LoadCheckpoints { run: h.run.clone(), verify: false }]);
+        // Still listing: y waits rather than kill blind.
+        keys(&mut h.app, "y");
+        assert!(h.app.effects.take().is_empty(), "y before the listing sends nothing");
+        assert!(matches!(h.app.overlay, Some(Overlay::ConfirmResume(_))));
+        h.app.on_data(no_checkpoints(&h));
+        let (text, _) = draw(&h.app);
+        let Some(Overlay::ConfirmResume(plan)) = &h.app.overlay else { panic!("still asking") };
+        let said: String = plan.lines().iter().map(|l| l.to_string()).collect::<Vec<_>>().join(" ");
+        assert!(said.contains("nothing to restart from: y would only kill it"), "{said}");
+        assert!(said.contains("before its first save at step 100"), "the true reason: {said}");
+        assert!(flat(&text).contains("(checkpoint.every = 100)"), "the overlay shows all of it:\n{text}");
+        assert!(text.contains("K kill it · esc close"), "the overlay ends with its keys:\n{text}");
+        insta::assert_snapshot!(format!("resume_hung_no_checkpoint_{}x{}", size.0, size.1), text);
+        keys(&mut h.app, "y");
+        assert!(h.app.effects.take().is_empty(), "y neither kills nor resumes");
+        assert!(h.app.overlay.is_none());
+        // K from the same overlay asks to kill, and only y there kills.
+        keys(&mut h.app, "R");
+        h.app.on_data(no_checkpoints(&h));
+        h.app.effects.take();
+        keys(&mut h.app, "K");
+        assert!(matches!(h.app.overlay, Some(Overlay::ConfirmKill { .. })), "{:?}", h.app.overlay);
+        keys(&mut h.app, "y");
+        assert_eq!(h.app.effects.take(), vec![Command::Kill { run: h.run.clone() }]);
+    }
+}
+
+#[test]
+fn confirmations_wrap_to_fit_and_end_with_their_keys() {
+    for size in SIZES {
+        let mut h = hung(size);
+        for (key, name, end) in [('X', "stop", "SIGKILL)."), ('K', "kill", "is saved.")] {
+            keys(&mut h.app, &key.to_string());
+            let (text, _) = draw(&h.app);
+            assert!(text.contains("y confirm · esc cancel"), "{name} at {size:?} ends with its keys:\n{text}");
+            assert!(text.contains(end), "{name} at {size:?} is whole:\n{text}");
+            insta::assert_snapshot!(format!("confirm_{name}_{}x{}", size.0, size.1), text);
+            press(&mut h.app, KeyCode::Esc);
+            assert!(h.app.overlay.is_none());
+        }
+    }
+}
+
+/// The screen's words in order, borders dropped: text that wraps reads as one line.
+fn flat(text: &str) -> String {
+    text.replace(['│', '┃'], " ").split_whitespace().collect::<Vec<_>>().join(" ")
 }

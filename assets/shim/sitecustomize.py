@@ -284,10 +284,17 @@ def _flightdeck_writers():
         wrap(module.SummaryWriter, "add_scalar", "tensorboard", scalar)
         wrap(module.SummaryWriter, "add_scalars", "tensorboard", scalars)
 
+    def hf_trainer(module):
+        wrap(module.Trainer, "log", "hf_trainer", trainer)
+        # Announced now, long before the first `Trainer.log`: the agent then drops this rank's
+        # printed copies of the dicts from the first one on. A report sent only after the first
+        # call races the printed line it copies (stdout and this socket are separate streams).
+        send({"Logged": {"writer": "hf_trainer", "metrics": []}})
+
     patches = {
         "torch.utils.tensorboard.writer": tensorboard,
         "tensorboardX.writer": tensorboard,
-        "transformers.trainer": lambda m: wrap(m.Trainer, "log", "hf_trainer", trainer),
+        "transformers.trainer": hf_trainer,
         "wandb.sdk.wandb_run": lambda m: wrap(m.Run, "log", "wandb", wandb_log),
     }
 

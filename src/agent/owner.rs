@@ -248,7 +248,9 @@ impl Owner {
                     }
                     AgentEvent::LogRecord { rank, record } => match writers::writer_of(record) {
                         Some(Writer::HfTrainer) => {
+                            // An empty one is the shim's announcement that the Trainer is wrapped.
                             self.trainer_logs.insert(*rank);
+                            keep = !record.metrics.is_empty();
                         }
                         Some(Writer::Tensorboard | Writer::Wandb) => {}
                         None => keep = !(self.trainer_logs.contains(rank) && printed_trainer_dict(record)),

@@ -479,3 +479,17 @@ fn once_a_rank_reports_trainer_log_its_printed_dicts_are_not_sent_again_but_othe
     // Rank 1's shim never reported: its dicts go on.
     assert_eq!(sent(a.step(Input::Event(printed(1, 1, 0.9)))), 1);
 }
+
+#[test]
+fn the_shims_announcement_of_a_wrapped_trainer_is_not_sent_and_drops_even_the_first_printed_dict() {
+    let mut a = Agent::running(1, false);
+    let sent = |effects: Vec<Effect>| {
+        effects.iter().filter(|e| matches!(e, Effect::Send(AgentEvent::LogRecord { .. }))).count()
+    };
+    let logged: writers::Logged =
+        serde_json::from_value(serde_json::json!({"writer": "hf_trainer", "metrics": []})).expect("a Logged");
+    let announcement = AgentEvent::LogRecord { rank: Rank(0), record: writers::record(1, logged) };
+    assert_eq!(sent(a.step(Input::Event(announcement))), 0, "an announcement has no values to keep");
+    assert_eq!(sent(a.step(Input::Event(printed(0, 1, 0.9)))), 0, "the first printed dict is a copy too");
+    assert_eq!(sent(a.step(Input::Event(trainer_log(0, 1, 0.9)))), 1);
+}

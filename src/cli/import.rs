@@ -18,6 +18,7 @@ pub struct ImportArgs {
     /// The run's name in the history (default: the file or directory's name).
     #[arg(long)]
     pub name: Option<String>,
+    /// Print what was imported as JSON (the run id, its ranks and record counts).
     #[arg(long)]
     pub json: bool,
 }

@@ -31,25 +31,35 @@ pub enum Cmd {
     Run(run::RunArgs),
     /// Run history.
     Runs {
+        /// One JSON document (docs/json.md) instead of the table.
         #[arg(long)]
         json: bool,
     },
     /// One run: recipe, ranks, events, summary.
     Show {
+        /// The run: full id, unique prefix, or name.
         run: String,
+        /// One JSON document (docs/json.md) instead of the text.
         #[arg(long)]
         json: bool,
     },
     /// A run's metric series.
     Metrics(query::MetricsArgs),
     /// Graceful stop: every rank stops at the next step boundary and saves a checkpoint.
-    Stop { run: String },
+    Stop {
+        /// The run: full id, unique prefix, or name.
+        run: String,
+    },
     /// Immediate SIGKILL of every rank.
-    Kill { run: String },
+    Kill {
+        /// The run: full id, unique prefix, or name.
+        run: String,
+    },
     /// Check libtorch, NVML, NCCL, disk and ports on this machine, or on nodes (`--hosts`).
     Doctor(doctor::DoctorArgs),
     /// The database owner; normally started on demand by any client.
     Server {
+        /// Log to stderr (default: to server.log in the database directory).
         #[arg(long)]
         foreground: bool,
     },
@@ -60,10 +70,15 @@ pub enum Cmd {
     #[command(hide = true)]
     Worker,
     /// Reopen the cockpit's live panels of a run (id, unique prefix or name).
-    Attach { run: String },
+    Attach {
+        /// The run: full id, unique prefix, or name.
+        run: String,
+    },
     /// A run's checkpoints: step, loss, size, age, verified.
     Ckpts {
+        /// The run: full id, unique prefix, or name.
         run: String,
+        /// One JSON document (docs/json.md) instead of the table.
         #[arg(long)]
         json: bool,
         /// Re-read every file and check its sha256 against the manifest (default: sizes only).
@@ -85,9 +100,11 @@ pub enum Cmd {
     BenchUi(crate::ui::bench::BenchArgs),
 }
 
-/// Exit codes: 0 success, 1 failure (a run failed, a server error), 2 bad input.
+/// Exit codes: 0 success, 1 failure (a run failed or was killed, a server error), 2 bad input
+/// (a recipe, an unknown run or metric), 3 a followed run stopped on request (docs/cli.md).
 pub const EXIT_FAILURE: i32 = 1;
 pub const EXIT_BAD_INPUT: i32 = 2;
+pub const EXIT_STOPPED: i32 = 3;
 
 pub fn main() -> i32 {
     let cli = match Cli::try_parse() {
@@ -182,5 +199,37 @@ fn agent(args: AgentArgs) -> anyhow::Result<i32> {
         (Some(AgentAction::Connect { run_dir }), _) => crate::agent::remote::connect(run_dir),
         (None, Some(run_dir)) => crate::agent::main(run_dir).map(|_| 0),
         (None, None) => anyhow::bail!("flightdeck agent needs --run-dir DIR (it is started by launchers)"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// `--help` of every command a user can see explains every argument, positional ones too.
+    #[test]
+    fn every_visible_argument_has_help_text() {
+        let cli = Cli::command();
+        let mut bare = Vec::new();
+        for cmd in cli.get_subcommands().filter(|c| !c.is_hide_set()) {
+            for arg in cmd.get_arguments().filter(|a| !a.is_hide_set()) {
+                let id = arg.get_id().as_str();
+                if id != "help" && id != "version" && arg.get_help().is_none() {
+                    bare.push(format!("{} {id}", cmd.get_name()));
+                }
+            }
+        }
+        assert!(bare.is_empty(), "arguments without help text: {bare:?}");
+    }
+
+    /// A flag with a default is shown as optional in the usage line.
+    #[test]
+    fn metrics_usage_shows_key_as_optional() {
+        let mut cli = Cli::command();
+        let metrics = cli.find_subcommand_mut("metrics").expect("metrics");
+        let usage = metrics.render_usage().to_string();
+        assert!(usage.contains("[--key <KEY>]") || usage.contains("[OPTIONS]"), "{usage}");
+        assert!(!usage.contains(" --key <KEY> "), "{usage}");
     }
 }

@@ -14,6 +14,7 @@ pub enum Format {
 
 #[derive(clap::Args, Debug)]
 pub struct MetricsArgs {
+    /// The run: full id, unique prefix, or name.
     pub run: String,
     /// The metric; `flightdeck show RUN` lists them.
     #[arg(long, default_value = "loss")]
@@ -21,6 +22,7 @@ pub struct MetricsArgs {
     /// Only this rank (default: every rank).
     #[arg(long)]
     pub rank: Option<u32>,
+    /// `csv` (step,rank,value) or `jsonl` (one object per point).
     #[arg(long, value_enum, default_value = "csv")]
     pub format: Format,
 }

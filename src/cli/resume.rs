@@ -60,7 +60,7 @@ pub async fn resume(db: &DbPaths, args: ResumeArgs) -> anyhow::Result<i32> {
     if !args.headless {
         eprintln!("flightdeck: not a terminal: following the run headless");
     }
-    super::run::follow(&mut client, &run).await
+    super::run::follow(db, client, &run).await
 }
 
 /// The parent's recipe with `overrides`, validated like a recipe file (Err: the message).

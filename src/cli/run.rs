@@ -1,5 +1,5 @@
 //! `flightdeck run RECIPE`: validate, launch through the server, follow until the run ends.
-use super::{EXIT_BAD_INPUT, EXIT_FAILURE};
+use super::{EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_STOPPED};
 use crate::client::Client;
 use crate::paths::DbPaths;
 use crate::protocol::{Progress, Reply, Request};
@@ -89,19 +89,63 @@ pub async fn run(db: &DbPaths, args: RunArgs) -> anyhow::Result<i32> {
     if cockpit {
         return crate::ui::run(db, crate::ui::Start::Open(run.0.clone())).await;
     }
-    follow(&mut client, &run).await
+    follow(db, client, &run).await
 }
 
 /// Follows a run headless: a progress line about once a second, each verdict once as it
-/// appears (and again if it sharpens), then the final status; the exit code says how it ended.
-pub async fn follow(client: &mut Client, run: &crate::ids::RunId) -> anyhow::Result<i32> {
-    client.send(&Request::Follow { run: run.0.clone() }).await?;
+/// appears (and again if it sharpens), then the final status; the exit code says how it ended
+/// (`exit_code`). A server that goes away (killed, crashed) is started again, as any client
+/// starts it, and the follower follows on from where the run is, saying so in one line.
+pub async fn follow(db: &DbPaths, mut client: Client, run: &crate::ids::RunId) -> anyhow::Result<i32> {
     // Verdicts already printed: each is said once when it appears, and again if it sharpens
     // (stacks single out the culprit of a collective every rank entered).
     let mut said: std::collections::BTreeSet<(&'static str, u64, String)> = Default::default();
-    while let Some(reply) = client.next().await? {
+    // Reconnections in a row without a progress report between them: a server that dies at
+    // every start is given up on.
+    let mut tries = 0;
+    loop {
+        let lost = match follow_once(&mut client, run, &mut said, &mut tries).await? {
+            Followed::Ended(code) => return Ok(code),
+            Followed::Lost(e) => e,
+        };
+        tries += 1;
+        if tries > RECONNECTS {
+            anyhow::bail!("lost the server while following run {run} ({lost}); it goes on: `flightdeck show {run}`");
+        }
+        println!("run {run}: lost the server ({lost}); starting it again");
+        client = Client::connect(db).await?;
+        println!("run {run}: reconnected to the server; following on");
+    }
+}
+
+/// Reconnections in a row, with no progress between them, before a follower gives up.
+const RECONNECTS: u32 = 3;
+
+enum Followed {
+    /// The run ended: the exit code.
+    Ended(i32),
+    /// The connection to the server broke: why.
+    Lost(String),
+}
+
+async fn follow_once(
+    client: &mut Client,
+    run: &crate::ids::RunId,
+    said: &mut std::collections::BTreeSet<(&'static str, u64, String)>,
+    tries: &mut u32,
+) -> anyhow::Result<Followed> {
+    if let Err(e) = client.send(&Request::Follow { run: run.0.clone() }).await {
+        return Ok(Followed::Lost(format!("{e:#}")));
+    }
+    loop {
+        let reply = match client.next().await {
+            Ok(Some(reply)) => reply,
+            Ok(None) => return Ok(Followed::Lost("it closed the connection".into())),
+            Err(e) => return Ok(Followed::Lost(format!("{e:#}"))),
+        };
         match reply {
             Reply::Progress(p) => {
+                *tries = 0;
                 println!("{}", progress_line(&p));
                 for v in &p.verdicts {
                     if said.insert((v.kind.name(), v.detected_ms, v.summary.clone())) {
@@ -111,13 +155,22 @@ pub async fn follow(client: &mut Client, run: &crate::ids::RunId) -> anyhow::Res
             }
             Reply::Ended { run, status, reason } => {
                 println!("run {run} {}: {reason}", status.name());
-                return Ok(if status == RunStatus::Succeeded { 0 } else { EXIT_FAILURE });
+                return Ok(Followed::Ended(exit_code(status)));
             }
             Reply::Error { message } => anyhow::bail!("{message}"),
             other => anyhow::bail!("unexpected reply while following: {other:?}"),
         }
     }
-    anyhow::bail!("lost the server while following run {run}; it goes on: `flightdeck show {run}`")
+}
+
+/// A followed run's exit code: 0 succeeded, 3 stopped on request (a graceful stop saves a
+/// checkpoint to resume from), 1 anything else (failed, killed, interrupted).
+pub fn exit_code(status: RunStatus) -> i32 {
+    match status {
+        RunStatus::Succeeded => 0,
+        RunStatus::Stopped => EXIT_STOPPED,
+        _ => EXIT_FAILURE,
+    }
 }
 
 pub fn progress_line(p: &Progress) -> String {

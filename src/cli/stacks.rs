@@ -6,6 +6,7 @@ use crate::protocol::{Reply, Request, StackReport};
 
 #[derive(clap::Args, Debug)]
 pub struct StacksArgs {
+    /// The run: full id, unique prefix, or name.
     pub run: String,
     /// Only this rank.
     #[arg(long)]

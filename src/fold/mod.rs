@@ -188,7 +188,17 @@ impl RunState {
     }
 
     /// Ends the run: by its agent's word (`RunEnded`) or without it (the agent is gone).
+    /// `Hung` while a hang verdict holds; `Running` again once none does, unless a rank has
+    /// exited meanwhile (a kill of the hung run): then it stays hung until it ends.
+    pub fn settle_hang(&mut self, hang_holds: bool) {
+        let exiting = self.ranks.iter().any(|r| r.exit.is_some());
+        let hung = hang_holds || (self.record.status == RunStatus::Hung && exiting);
+        self.record.status = self.record.status.with_hang(hung);
+    }
+
+    /// A run that ends hung says so: its reason ends `, while hung`.
     pub fn end(&mut self, status: RunStatus, reason: String, t_ms: u64) -> EventRecord {
+        let reason = if self.record.status == RunStatus::Hung { format!("{reason}, while hung") } else { reason };
         self.record.status = status;
         self.record.ended_ms = Some(t_ms);
         let text = format!("run {}: {reason}", status.name());

@@ -140,3 +140,29 @@ fn gpu_events_and_notices_become_notice_events() {
     let f = s.apply(&frame(3, AgentEvent::Notice { text: "hello".into() }));
     assert_eq!((texts(&f), f.events[0].kind), (vec!["hello"], EventKind::Notice));
 }
+
+#[test]
+fn a_run_is_hung_while_a_hang_holds_and_says_so_when_it_ends_hung() {
+    let mut s = state(2);
+    let started = AgentEvent::RankStarted { rank: Rank(0), local_rank: 0, pid: 7, host: "n0".into() };
+    s.apply(&frame(1, started));
+    s.settle_hang(true);
+    assert_eq!(s.record.status, RunStatus::Hung);
+    assert!(s.record.status.is_live(), "a hung run is live: stop, kill and stacks still reach it");
+    // Progress resumed, no rank gone: running again.
+    s.settle_hang(false);
+    assert_eq!(s.record.status, RunStatus::Running);
+    // Hung, then killed: the exits clear the verdict but not the hang; the end names it.
+    s.settle_hang(true);
+    let exited = AgentEvent::RankExited { rank: Rank(0), pid: 7, status: ExitStatus::Signal(9), last_error: None };
+    s.apply(&frame(2, exited));
+    s.settle_hang(false);
+    assert_eq!(s.record.status, RunStatus::Hung);
+    let ended = AgentEvent::RunEnded { outcome: RunOutcome::Killed, reason: "killed on request".into() };
+    let f = s.apply(&frame(3, ended));
+    assert_eq!((s.record.status, s.record.reason.as_str()), (RunStatus::Killed, "killed on request, while hung"));
+    assert_eq!(texts(&f), ["run killed: killed on request, while hung"]);
+    // Only a live run becomes hung.
+    s.settle_hang(true);
+    assert_eq!(s.record.status, RunStatus::Killed);
+}

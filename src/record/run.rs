@@ -2,12 +2,14 @@
 use crate::ids::RunId;
 use serde::{Deserialize, Serialize};
 
-/// A run's lifecycle. `Interrupted`: its agents could not be reached after a server restart.
+/// A run's lifecycle. `Hung`: live, with a hang verdict holding (it goes back to `Running` when
+/// progress resumes). `Interrupted`: its agents could not be reached after a server restart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RunStatus {
     Starting,
     Running,
+    Hung,
     Succeeded,
     Failed,
     Stopped,
@@ -17,12 +19,23 @@ pub enum RunStatus {
 
 impl RunStatus {
     pub fn is_live(self) -> bool {
-        matches!(self, RunStatus::Starting | RunStatus::Running)
+        matches!(self, RunStatus::Starting | RunStatus::Running | RunStatus::Hung)
+    }
+
+    /// A live run's status under the analysis: hung while a hang verdict holds, running again
+    /// once none does; any other status stays.
+    pub fn with_hang(self, hung: bool) -> RunStatus {
+        match (self, hung) {
+            (RunStatus::Running, true) => RunStatus::Hung,
+            (RunStatus::Hung, false) => RunStatus::Running,
+            (s, _) => s,
+        }
     }
     pub fn name(self) -> &'static str {
         match self {
             RunStatus::Starting => "starting",
             RunStatus::Running => "running",
+            RunStatus::Hung => "hung",
             RunStatus::Succeeded => "succeeded",
             RunStatus::Failed => "failed",
             RunStatus::Stopped => "stopped",

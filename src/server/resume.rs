@@ -50,7 +50,10 @@ pub async fn resume(
     let chosen = tokio::task::spawn_blocking(move || crate::store::checkpoints::choose(&root, step)).await?.map_err(
         |e| match e {
             ChooseError::NoCheckpoints { dir } => {
-                anyhow::anyhow!("run {id}: {}", why_none(parent.step, parent_recipe.checkpoint.every, &dir))
+                anyhow::anyhow!(
+                    "run {id}: {}",
+                    crate::store::checkpoints::why_none(parent.step, parent_recipe.checkpoint.every, &dir)
+                )
             }
             e => anyhow::anyhow!("run {id}: {e}"),
         },
@@ -69,25 +72,6 @@ pub async fn resume(
     };
     let run = launch(shared, req, progress).await?;
     Ok(crate::protocol::Reply::Resumed { run, parent: id, step: chosen.step, path: from.path, skipped: chosen.skipped })
-}
-
-/// Why a run has no checkpoint, as far as its record and recipe tell: it ended before its first
-/// save, or it saves only on a graceful stop and did not get one.
-pub fn why_none(stopped_at: u64, every: u64, dir: &str) -> String {
-    match every {
-        0 => format!(
-            "it stopped at step {stopped_at} without a checkpoint: checkpoint.every = 0 saves only on a graceful \
-             stop (`flightdeck stop`), and this run did not get one (nothing in {dir})"
-        ),
-        n if stopped_at < n => format!(
-            "it stopped at step {stopped_at}, before its first save at step {n} (checkpoint.every = {n}): there \
-             is no checkpoint to resume from"
-        ),
-        n => format!(
-            "there are no checkpoints in {dir}, though it reached step {stopped_at} with checkpoint.every = {n}: \
-             they were removed, or every save failed (`flightdeck show` lists the save events)"
-        ),
-    }
 }
 
 /// What a resume may change: anything but the model's shape and the world size (a checkpoint
@@ -126,19 +110,4 @@ pub fn check_resume(parent: &Recipe, child: &Recipe, step: u64, saved_world: u32
         ));
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::why_none;
-
-    #[test]
-    fn a_run_without_checkpoints_is_told_why_it_has_none() {
-        let early = why_none(10, 100, "/r/checkpoints");
-        assert!(early.contains("stopped at step 10, before its first save at step 100"), "{early}");
-        let never = why_none(10, 0, "/r/checkpoints");
-        assert!(never.contains("checkpoint.every = 0 saves only on a graceful stop"), "{never}");
-        let gone = why_none(300, 100, "/r/checkpoints");
-        assert!(gone.contains("no checkpoints in /r/checkpoints") && gone.contains("removed"), "{gone}");
-    }
 }

@@ -53,6 +53,7 @@ impl Tracker {
             *slot = last.seq;
         }
         self.state.settle();
+        self.settle_hang();
         batch.runs.push(self.state.record.clone());
         for r in touched {
             if let Some(info) = self.state.ranks.get(r as usize) {
@@ -84,6 +85,17 @@ impl Tracker {
     pub fn tick(&mut self, now_ms: u64, batch: &mut Batch) {
         let v = self.analyzer.tick(now_ms);
         self.give(v, batch);
+        let was = self.state.record.status;
+        self.settle_hang();
+        if self.state.record.status != was {
+            batch.runs.push(self.state.record.clone());
+        }
+    }
+
+    /// `Hung` while a hang verdict holds, `Running` again once progress resumes.
+    fn settle_hang(&mut self) {
+        let hung = self.analyzer.active().iter().any(|v| v.kind.is_hang());
+        self.state.settle_hang(hung);
     }
 
     pub fn take_new_hangs(&mut self) -> Vec<(VerdictKey, Verdict)> {

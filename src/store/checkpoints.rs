@@ -101,6 +101,25 @@ fn dir_bytes(dir: &Path) -> u64 {
     files.filter_map(|e| e.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum()
 }
 
+/// Why a run has no checkpoint, as far as its record and recipe tell: it ended before its first
+/// save, or it saves only on a graceful stop and did not get one.
+pub fn why_none(stopped_at: u64, every: u64, dir: &str) -> String {
+    match every {
+        0 => format!(
+            "it stopped at step {stopped_at} without a checkpoint: checkpoint.every = 0 saves only on a graceful \
+             stop (`flightdeck stop`), and this run did not get one (nothing in {dir})"
+        ),
+        n if stopped_at < n => format!(
+            "it stopped at step {stopped_at}, before its first save at step {n} (checkpoint.every = {n}): there \
+             is no checkpoint to resume from"
+        ),
+        n => format!(
+            "there are no checkpoints in {dir}, though it reached step {stopped_at} with checkpoint.every = {n}: \
+             they were removed, or every save failed (`flightdeck show` lists the save events)"
+        ),
+    }
+}
+
 /// The checkpoint a resume will load: verified to the last byte.
 #[derive(Clone, Debug)]
 pub struct Chosen {

@@ -62,6 +62,7 @@ pub fn duration_ms(ms: u64) -> String {
 pub fn status_style(s: RunStatus) -> Style {
     match s {
         RunStatus::Starting | RunStatus::Running => Style::new().fg(Color::Green),
+        RunStatus::Hung => Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
         RunStatus::Succeeded => Style::new().fg(Color::Cyan),
         RunStatus::Failed => Style::new().fg(Color::Red),
         RunStatus::Killed | RunStatus::Stopped => Style::new().fg(Color::Magenta),

@@ -62,6 +62,8 @@ impl RunModel {
                 }
             }
         }
+        // The server's rule for the stored status, applied to what the cockpit shows now.
+        self.state.settle_hang(verdicts.iter().any(|v| v.kind.is_hang()));
         self.live_verdicts = Some(verdicts);
     }
 }

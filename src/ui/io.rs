@@ -188,6 +188,15 @@ async fn one(db: &DbPaths, cmd: Command, tx: &mpsc::Sender<DataEvent>) -> anyhow
         }
         Command::Resume { run, step, kill_first } => {
             if kill_first {
+                // Never kill a run that has nothing to restart from: the listing decides first.
+                let listed = request(db, Request::Checkpoints { run: run.to_string(), verify: false }).await;
+                if let Ok(Reply::Checkpoints { checkpoints, dir, .. }) = &listed {
+                    if !checkpoints.iter().any(|c| c.verified) {
+                        let why = format!("run {run} was not killed: no checkpoint in {dir} verifies");
+                        let _ = tx.send(DataEvent::ResumeFailed(why)).await;
+                        return Ok(());
+                    }
+                }
                 if let Err(e) = kill_and_wait(db, &run).await {
                     // A closed channel means the cockpit is gone; nothing is left to tell.
                     let _ = tx.send(DataEvent::ResumeFailed(format!("{e:#}"))).await;

@@ -89,11 +89,27 @@ impl App {
 
     pub(super) fn on_resume_key(&mut self, k: KeyEvent) {
         let Some(Overlay::ConfirmResume(plan)) = self.overlay.as_mut() else { return };
+        let yes = matches!(k.code, KeyCode::Char('y' | 'Y') | KeyCode::Enter);
         match &plan.state {
-            ResumeState::Asking if matches!(k.code, KeyCode::Char('y' | 'Y') | KeyCode::Enter) => {
+            // A live run with nothing to restart from is not killed by `y`; the kill key says so.
+            ResumeState::Asking
+                if plan.kill_first && plan.refusal().is_some() && self.keymap.action(&k) == Some(Action::Kill) =>
+            {
+                let (run, name) = (plan.parent.clone(), plan.parent_name.clone());
+                self.overlay = Some(Overlay::ConfirmKill { run, name });
+            }
+            ResumeState::Asking if yes && plan.ready() => {
                 plan.state = ResumeState::Sending;
                 let (run, step, kill_first) = (plan.parent.clone(), plan.step, plan.kill_first);
                 self.effects.send(Command::Resume { run, step, kill_first });
+            }
+            // Listing: `y` waits for it (the overlay says so) rather than kill blind.
+            ResumeState::Asking if yes && plan.refusal().is_none() => {}
+            ResumeState::Asking if yes => {
+                let why = plan.refusal().unwrap_or_default();
+                let run = plan.parent.clone();
+                self.overlay = None;
+                self.error(format!("resume of run {run} refused: {why}"));
             }
             ResumeState::Asking => {
                 self.overlay = None;

@@ -11,7 +11,7 @@ use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Clear, Paragraph, Widget};
+use ratatui::widgets::{Clear, Paragraph, Widget, Wrap};
 
 impl Widget for &App {
     fn render(self, area: Rect, buf: &mut Buffer) {
@@ -38,18 +38,22 @@ impl Widget for &App {
                 stacks::render_overlay(&self.run.stacks, self.keymap.hint(Action::Back), self.now_ms(), body, buf)
             }
             Some(Overlay::ConfirmKill { run, name }) => {
-                let text =
-                    format!("Kill run {name} ({run})? Every rank gets SIGKILL.  y: kill · any other key: cancel");
-                popup(" kill ", vec![Line::styled(text, Style::new().fg(Color::Red))], body, buf);
+                let text = format!("Kill run {name} ({run})? Every rank gets SIGKILL; nothing is saved.");
+                let lines = vec![Line::styled(text, Style::new().fg(Color::Red))];
+                popup(" kill ", lines, ckpts::CONFIRM_KEYS, body, buf);
             }
-            Some(Overlay::ConfirmResume(plan)) => popup(" resume · a child run ", plan.lines(), body, buf),
+            Some(Overlay::ConfirmResume(plan)) => {
+                let keys = plan.keys(self.keymap.hint(Action::Kill));
+                popup(" resume · a child run ", plan.lines(), &keys, body, buf)
+            }
             Some(Overlay::ConfirmStop { run, name }) => {
                 let text = format!(
                     "Stop run {name} ({run}) gracefully? Every rank stops at its next step boundary and \
                      the run saves a checkpoint (SIGUSR1; SIGTERM if the save overruns its grace, then \
-                     SIGKILL).  y: stop · any other key: cancel"
+                     SIGKILL)."
                 );
-                popup(" stop ", vec![Line::styled(text, Style::new().fg(Color::Yellow))], body, buf);
+                let lines = vec![Line::styled(text, Style::new().fg(Color::Yellow))];
+                popup(" stop ", lines, ckpts::CONFIRM_KEYS, body, buf);
             }
             Some(Overlay::Picker { recipes, cursor }) => {
                 let lines: Vec<Line> = match recipes {
@@ -64,22 +68,36 @@ impl Widget for &App {
                         })
                         .collect(),
                 };
-                popup(" launch a recipe · enter: launch · esc: cancel ", lines, body, buf);
+                popup(" launch a recipe ", lines, "enter launch · esc cancel", body, buf);
             }
             None => {}
         }
     }
 }
 
-fn popup(title: &str, lines: Vec<Line>, area: Rect, buf: &mut Buffer) {
+/// A confirmation (or the recipe list) in the middle of `area`: `lines` wrapped to its width,
+/// and `keys` always on its last row. Lines that do not fit are cut, the last shown ending in `…`.
+fn popup(title: &str, lines: Vec<Line>, keys: &str, area: Rect, buf: &mut Buffer) {
     let w = area.width.min(76);
-    let h = (lines.len() as u16 + 2).min(area.height);
+    let text = Paragraph::new(lines).wrap(Wrap { trim: true });
+    let rows = text.line_count(w.saturating_sub(2)) as u16;
+    let h = (rows + 3).min(area.height);
     let r = Rect { x: area.x + (area.width - w) / 2, y: area.y + (area.height - h) / 2, width: w, height: h };
     Clear.render(r, buf);
     let block = fmt::panel_block(Line::from(title.to_string()), true);
     let inner = block.inner(r);
     block.render(r, buf);
-    Paragraph::new(lines).wrap(ratatui::widgets::Wrap { trim: true }).render(inner, buf);
+    if inner.height == 0 {
+        return;
+    }
+    let text_area = Rect { height: inner.height - 1, ..inner };
+    text.render(text_area, buf);
+    if rows > text_area.height && text_area.height > 0 && text_area.width > 0 {
+        let (x, y) = (text_area.right() - 1, text_area.bottom() - 1);
+        buf[(x, y)].set_symbol("…");
+    }
+    let keys_row = Rect { y: inner.bottom() - 1, height: 1, ..inner };
+    Paragraph::new(Line::styled(fmt::truncate(keys, inner.width as usize), fmt::dim())).render(keys_row, buf);
 }
 
 impl App {

@@ -183,3 +183,13 @@ fn inspect_merges_disk_and_store_and_marks_torn_and_gone_ones() {
     assert_eq!(recs[1].loss, Some(10.0));
     assert!(recs[2].problem.as_deref().unwrap().contains("never committed"));
 }
+
+#[test]
+fn a_run_without_checkpoints_is_told_why_it_has_none() {
+    let early = why_none(10, 100, "/r/checkpoints");
+    assert!(early.contains("stopped at step 10, before its first save at step 100"), "{early}");
+    let never = why_none(10, 0, "/r/checkpoints");
+    assert!(never.contains("checkpoint.every = 0 saves only on a graceful stop"), "{never}");
+    let gone = why_none(300, 100, "/r/checkpoints");
+    assert!(gone.contains("no checkpoints in /r/checkpoints") && gone.contains("removed"), "{gone}");
+}

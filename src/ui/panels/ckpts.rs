@@ -134,7 +134,18 @@ pub fn render(view: &CkptsView, now_ms: u64, area: Rect, buf: &mut Buffer) {
         return;
     };
     if rows.is_empty() {
-        let text = "no checkpoints: set checkpoint.every in the recipe, or stop the run gracefully (it saves one)";
+        // The run's own reason (stopped before its first save, every = 0, removed), as R would say it.
+        let why = view.record.as_ref().and_then(|r| {
+            let mut plan = ResumePlan::new(r, None);
+            plan.resolve(list);
+            plan.refusal()
+        });
+        let text = match why {
+            Some(why) => format!("no checkpoints: {why}"),
+            None => {
+                "no checkpoints: set checkpoint.every in the recipe, or stop the run gracefully (it saves one)".into()
+            }
+        };
         Paragraph::new(Line::styled(text, fmt::dim())).wrap(Wrap { trim: true }).render(inner, buf);
         return;
     }
@@ -209,30 +220,39 @@ pub struct ResumePlan {
     pub recipe: String,
     pub world: u32,
     pub steps_planned: u64,
+    /// The step the parent reached, and its `checkpoint.every`: why it may have no checkpoint.
+    pub stopped_at: u64,
+    pub every: Option<u64>,
     /// The checkpoint asked for; None: the newest that verifies, chosen (and checked again) by
     /// the server, which skips corrupt ones and says so.
     pub step: Option<u64>,
     /// The checkpoint the listing names for it (step, path, verified); None while listing.
     pub expect: Option<(u64, String, bool)>,
-    /// The listing came back without a verified checkpoint.
-    pub none_verified: bool,
+    /// The listing came back without a verified checkpoint: (its directory, any listed at all).
+    pub none_verified: Option<(String, bool)>,
     /// The run is live (hung, say): kill it first, then restart from its newest verified
     /// checkpoint (issue 6's one-key restart).
     pub kill_first: bool,
     pub state: ResumeState,
 }
 
+/// The keys every confirmation ends with.
+pub const CONFIRM_KEYS: &str = "y confirm · esc cancel";
+
 impl ResumePlan {
     pub fn new(r: &RunRecord, pick: Option<&CheckpointRecord>) -> ResumePlan {
+        let recipe = serde_json::from_str::<serde_json::Value>(&r.recipe_json).ok();
         ResumePlan {
             parent: r.id.clone(),
             parent_name: r.name.clone(),
             recipe: r.recipe_name.clone(),
             world: r.world_size,
             steps_planned: r.steps_planned,
+            stopped_at: r.step,
+            every: recipe.and_then(|v| v.pointer("/checkpoint/every").and_then(|e| e.as_u64())),
             step: pick.map(|c| c.step),
             expect: pick.map(|c| (c.step, c.path.clone(), c.verified)),
-            none_verified: false,
+            none_verified: None,
             kill_first: r.status.is_live(),
             state: ResumeState::Asking,
         }
@@ -243,21 +263,57 @@ impl ResumePlan {
         if self.step.is_none() && self.expect.is_none() && list.run == self.parent {
             match list.newest_verified() {
                 Some(c) => self.expect = Some((c.step, c.path.clone(), true)),
-                None => self.none_verified = true,
+                None => self.none_verified = Some((list.dir.clone(), !list.checkpoints.is_empty())),
             }
         }
     }
 
-    /// The overlay's lines.
+    /// Why this resume cannot start, known before asking the server: no checkpoint verifies,
+    /// or the one chosen is the run's last step.
+    pub fn refusal(&self) -> Option<String> {
+        if let Some((dir, any)) = &self.none_verified {
+            return Some(match (any, self.every) {
+                (true, _) => format!("no checkpoint in {dir} verifies (C lists them, v verifies every byte)"),
+                (false, Some(every)) if self.kill_first && every > self.stopped_at => format!(
+                    "it is at step {}, before its first save at step {every} (checkpoint.every = {every})",
+                    self.stopped_at
+                ),
+                (false, Some(every)) => crate::store::checkpoints::why_none(self.stopped_at, every, dir),
+                (false, None) => format!("there are no checkpoints in {dir}"),
+            });
+        }
+        match self.expect.as_ref().map(|e| e.0) {
+            Some(s) if s >= self.steps_planned => Some(format!(
+                "checkpoint step {s} is the run's last (train.steps = {}): nothing remains to train; pick an \
+                 earlier one, or `flightdeck resume {} --set train.steps=N`",
+                self.steps_planned, self.parent
+            )),
+            _ => None,
+        }
+    }
+
+    /// `y` may send it: nothing refuses it, and a kill waits for the listing to name the
+    /// checkpoint (killing a run that has none to restart from would only lose it).
+    pub fn ready(&self) -> bool {
+        self.refusal().is_none() && !(self.kill_first && self.expect.is_none())
+    }
+
+    /// The overlay's lines, above its keys.
     pub fn lines(&self) -> Vec<Line<'static>> {
         let key = |k: &str| Span::styled(format!("{k:<9}"), fmt::dim());
         let red = Style::new().fg(Color::Red);
+        let refusal = self.refusal();
         let mut out = Vec::new();
-        if self.kill_first {
-            out.push(Line::styled(
+        match (self.kill_first, &refusal) {
+            (true, Some(_)) => out.push(Line::styled(
+                format!("Run {} is live and has nothing to restart from: y would only kill it", self.parent),
+                red.add_modifier(Modifier::BOLD),
+            )),
+            (true, None) => out.push(Line::styled(
                 format!("Kill run {} first (every rank: SIGTERM, then SIGKILL), then", self.parent),
                 red.add_modifier(Modifier::BOLD),
-            ));
+            )),
+            (false, _) => {}
         }
         out.push(Line::from(vec![
             Span::raw("Start a child run of "),
@@ -267,7 +323,7 @@ impl ResumePlan {
         let which = if self.step.is_some() { "selected" } else { "newest verified" };
         let step = match &self.expect {
             Some((s, _, _)) => format!("{s} ({which})"),
-            None if self.none_verified => "none: no checkpoint of this run verifies".into(),
+            None if self.none_verified.is_some() => "none: no checkpoint of this run verifies".into(),
             None => "newest verified (listing…)".into(),
         };
         out.push(Line::from(vec![key("step"), Span::raw(step)]));
@@ -276,36 +332,31 @@ impl ResumePlan {
         }
         out.push(Line::from(vec![key("recipe"), Span::raw(self.recipe.clone())]));
         out.push(Line::from(vec![key("world"), Span::raw(format!("{} ranks (as saved)", self.world))]));
-        match self.expect.as_ref().map(|e| e.0) {
-            Some(s) if s >= self.steps_planned => out.push(Line::styled(
-                format!(
-                    "checkpoint step {s} is the run's last (train.steps = {}): nothing remains to train; \
-                     pick an earlier one, or `flightdeck resume {} --set train.steps=N`",
-                    self.steps_planned, self.parent
-                ),
-                red,
-            )),
-            Some(s) => {
-                out.push(Line::from(vec![key("trains"), Span::raw(format!("steps {}–{}", s + 1, self.steps_planned))]))
-            }
-            None => {}
+        if let (Some((s, _, _)), None) = (&self.expect, &refusal) {
+            out.push(Line::from(vec![key("trains"), Span::raw(format!("steps {}–{}", s + 1, self.steps_planned))]));
         }
         if let Some((_, _, false)) = &self.expect {
             out.push(Line::styled("not verified: the server checks it again and refuses it if it is corrupt", red));
         }
-        out.push(Line::raw(""));
-        match &self.state {
-            ResumeState::Asking if self.kill_first => {
-                out.push(Line::styled("y/enter: kill and restart · any other key: cancel", fmt::dim()))
-            }
-            ResumeState::Asking => out.push(Line::styled("y/enter: resume · any other key: cancel", fmt::dim())),
-            ResumeState::Sending => out.push(Line::styled("resuming…", Style::new().fg(Color::Yellow))),
-            ResumeState::Failed(m) => {
-                out.push(Line::styled(format!("resume refused: {m}"), red));
-                out.push(Line::styled("any key: close", fmt::dim()));
-            }
+        match (&self.state, refusal) {
+            (ResumeState::Failed(m), _) => out.push(Line::styled(format!("resume refused: {m}"), red)),
+            (_, Some(why)) => out.push(Line::styled(format!("cannot resume: {why}"), red)),
+            (ResumeState::Sending, None) => out.push(Line::styled("resuming…", Style::new().fg(Color::Yellow))),
+            (ResumeState::Asking, None) => {}
         }
         out
+    }
+
+    /// The keys on the overlay's last row; `kill` is the key that kills instead.
+    pub fn keys(&self, kill: &str) -> String {
+        match &self.state {
+            ResumeState::Failed(_) => "any key: close".into(),
+            ResumeState::Sending => "esc hide (the child run still opens)".into(),
+            ResumeState::Asking if self.refusal().is_some() && self.kill_first => format!("{kill} kill it · esc close"),
+            ResumeState::Asking if self.refusal().is_some() => "esc close".into(),
+            ResumeState::Asking if !self.ready() => "waiting for the checkpoint listing… · esc cancel".into(),
+            ResumeState::Asking => CONFIRM_KEYS.into(),
+        }
     }
 }
 
