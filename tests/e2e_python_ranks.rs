@@ -198,7 +198,8 @@ fn an_hf_trainer_job_has_each_ranks_logged_values_exactly_at_its_global_steps() 
     let recipe = db.path().join("hf.toml");
     command_recipe_with(&recipe, "hf-trainer", &argv, 2, "launcher = \"torchrun\"\n");
     let out = db.run(&["run", recipe.to_str().unwrap(), "--headless"]);
-    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}{stderr}{}", common::run_logs(&db));
     for rank in 0..2u32 {
         let path = db.path().join(format!("history-{rank}.json"));
         let logged: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();

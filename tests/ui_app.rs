@@ -259,3 +259,49 @@ fn r_on_a_live_run_kills_it_then_restarts_from_the_newest_verified_checkpoint() 
     typed(&mut app, "y");
     assert_eq!(app.effects.take(), vec![Command::Resume { run: id, step: None, kill_first: true }]);
 }
+
+/// The layout the Run screen shows, by name.
+fn layout_name(app: &App) -> String {
+    app.run_layouts().get(app.run.layout).map(|l| l.name.clone()).unwrap_or_default()
+}
+
+/// Opens a run and hands it the recorded snapshot (as the run `id`).
+fn open_fixture(app: &mut App, id: &str) {
+    let mut snap: RunSnapshot = fixture("open-snapshot.json");
+    snap.detail.run.id = flightdeck::ids::RunId(id.into());
+    app.open_run(id);
+    app.on_data(DataEvent::Snapshot(Box::new(snap)));
+}
+
+#[test]
+fn a_newly_opened_run_starts_on_loss_and_its_own_layout_unless_one_is_pinned() {
+    let mut app = app(Start::Home);
+    open_fixture(&mut app, "20261202T105754-aaaa");
+    assert_eq!((layout_name(&app), app.run.chart.metric), ("default".into(), 0));
+    typed(&mut app, "mm2e");
+    assert_eq!((layout_name(&app), app.run.chart.metric), ("debug".into(), 2));
+    // Another run: loss and default again; the chart's EMA toggle is a preference and stays.
+    open_fixture(&mut app, "20261202T105754-bbbb");
+    assert_eq!((layout_name(&app), app.run.chart.metric), ("default".into(), 0), "nothing leaks");
+    assert!(app.run.chart.ema != flightdeck::ui::panels::chart::ChartView::default().ema);
+    // A CUDA run prefers the gpu layout.
+    let mut snap: RunSnapshot = fixture("open-snapshot.json");
+    snap.detail.run.recipe_json = snap.detail.run.recipe_json.replace("\"device\":\"cpu\"", "\"device\":\"cuda\"");
+    assert!(snap.detail.run.recipe_json.contains("\"device\":\"cuda\""));
+    app.open_run(snap.detail.run.id.as_str());
+    app.on_data(DataEvent::Snapshot(Box::new(snap)));
+    assert_eq!(layout_name(&app), "gpu");
+    // :layout NAME pins it for every run opened after, and the header says so.
+    typed(&mut app, ":layout debug");
+    press(&mut app, KeyCode::Enter);
+    open_fixture(&mut app, "20261202T105754-cccc");
+    assert_eq!(layout_name(&app), "debug");
+    let mut t = Terminal::new(TestBackend::new(160, 30)).expect("terminal");
+    t.draw(|f| f.render_widget(&app, f.area())).expect("draw");
+    let header: String = (0..160).map(|x| t.backend().buffer()[(x, 0)].symbol().to_string()).collect();
+    assert!(header.contains("layout debug (pinned)"), "{header}");
+    typed(&mut app, ":layout auto");
+    press(&mut app, KeyCode::Enter);
+    open_fixture(&mut app, "20261202T105754-dddd");
+    assert_eq!(layout_name(&app), "default");
+}

@@ -7,6 +7,7 @@ use flightdeck::agent::stacks::parse_eu_stack;
 use flightdeck::ids::{RunId, Step};
 use flightdeck::protocol::{AgentEvent, AgentFrame, CollectiveRef, CollectiveState, Culprit, Frame, Phase};
 use flightdeck::protocol::{RankMsg, RankStacks, RunSnapshot, StackReport, StackTool, Verdict, VerdictKind};
+use flightdeck::store::EventKind;
 use flightdeck::ui::app::Overlay;
 use flightdeck::ui::effects::{Command, DataEvent, Effects};
 use flightdeck::ui::keymap::{Keymap, DEFAULT_KEYMAP};
@@ -166,7 +167,7 @@ fn the_banner_names_the_culprit_and_its_row_stands_out() {
         let (before, _) = draw(&h.app);
         assert!(!before.contains("HANG"), "no verdict, no banner:\n{before}");
         let v = verdict(&h);
-        h.app.on_data(DataEvent::Verdicts { run: h.run.clone(), verdicts: vec![v] });
+        h.app.on_data(DataEvent::Verdicts { run: h.run.clone(), verdicts: vec![v], incidents: vec![] });
         let (text, buf) = draw(&h.app);
         let banner = text.lines().nth(1).expect("line 2");
         assert!(banner.contains("HANG never-entered") && banner.contains("rank 1 (local, pid"), "{banner}");
@@ -182,14 +183,14 @@ fn the_banner_names_the_culprit_and_its_row_stands_out() {
         assert!(text.contains("│0…"), "the waiting rank is marked:\n{text}");
         // The events panel hears of it once, however often progress repeats it.
         let again = verdict(&h);
-        h.app.on_data(DataEvent::Verdicts { run: h.run.clone(), verdicts: vec![again] });
+        h.app.on_data(DataEvent::Verdicts { run: h.run.clone(), verdicts: vec![again], incidents: vec![] });
         let m = h.app.run.model.as_ref().expect("model");
         let n = m.events.iter().filter(|e| e.kind == flightdeck::store::EventKind::Verdict).count();
         assert_eq!(n, 1);
         keys(&mut h.app, "2");
         insta::assert_snapshot!(format!("banner_debug_{}x{}", size.0, size.1), draw(&h.app).0);
         // Progress resumes: the banner goes, and the run is running again.
-        h.app.on_data(DataEvent::Verdicts { run: h.run.clone(), verdicts: vec![] });
+        h.app.on_data(DataEvent::Verdicts { run: h.run.clone(), verdicts: vec![], incidents: vec![] });
         let (text, _) = draw(&h.app);
         assert!(!text.contains("HANG") && text.lines().next().unwrap().contains(" running "), "{text}");
     }
@@ -199,7 +200,7 @@ fn the_banner_names_the_culprit_and_its_row_stands_out() {
 fn the_matrix_shows_who_never_entered() {
     let mut h = hung((160, 48));
     let v = verdict(&h);
-    h.app.on_data(DataEvent::Verdicts { run: h.run.clone(), verdicts: vec![v] });
+    h.app.on_data(DataEvent::Verdicts { run: h.run.clone(), verdicts: vec![v], incidents: vec![] });
     let m = h.app.run.model.as_ref().expect("model");
     let row = &m.collectives[&h.seq];
     assert_eq!(matrix::cell(m, row, 0), Cell::InFlight);
@@ -217,7 +218,7 @@ fn the_matrix_shows_who_never_entered() {
 fn s_dumps_the_selected_rank_off_the_ui_and_the_answer_fills_the_viewer() {
     for size in SIZES {
         let mut h = hung(size);
-        h.app.on_data(DataEvent::Verdicts { run: h.run.clone(), verdicts: vec![verdict(&h)] });
+        h.app.on_data(DataEvent::Verdicts { run: h.run.clone(), verdicts: vec![verdict(&h)], incidents: vec![] });
         // Select rank 1 in the ranks table (the default layout's second panel).
         press(&mut h.app, KeyCode::Tab);
         press(&mut h.app, KeyCode::Tab);
@@ -313,7 +314,7 @@ fn r_on_a_hung_run_without_a_checkpoint_refuses_before_killing_and_offers_k() {
     for size in SIZES {
         let mut h = hung(size);
         let v = verdict(&h);
-        h.app.on_data(DataEvent::Verdicts { run: h.run.clone(), verdicts: vec![v] });
+        h.app.on_data(DataEvent::Verdicts { run: h.run.clone(), verdicts: vec![v], incidents: vec![] });
         h.app.effects.take();
         keys(&mut h.app, "R");
         assert_eq!(h.app.effects.take(), vec![Command::LoadCheckpoints { run: h.run.clone(), verify: false }]);
@@ -363,4 +364,68 @@ fn confirmations_wrap_to_fit_and_end_with_their_keys() {
 /// The screen's words in order, borders dropped: text that wraps reads as one line.
 fn flat(text: &str) -> String {
     text.replace(['│', '┃'], " ").split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[test]
+fn alerts_count_verdicts_and_failures_not_clean_exits() {
+    // The recorded finished run succeeded: its two clean rank exits are not alerts.
+    let snap: RunSnapshot = fixture("telemetry/finished-snapshot.json");
+    let run = snap.detail.run.id.clone();
+    let keymap = Keymap::parse("keymap.toml", DEFAULT_KEYMAP).expect("default keymap");
+    let area = Rect::new(0, 0, 160, 48);
+    let now = snap.detail.run.ended_ms.unwrap_or(0) + 1_000;
+    let layouts = layout::load_all(None).expect("layouts");
+    let mut app = App::new(Effects::fixed(now), keymap, layouts, Start::Open(run.to_string()), area);
+    app.on_data(DataEvent::Snapshot(Box::new(snap)));
+    let (text, _) = draw(&app);
+    assert!(text.contains("rank 0 (local, pid") && text.contains(" · 0 alerts"), "{text}");
+    // A hang verdict is one.
+    let mut h = hung((160, 48));
+    let v = verdict(&h);
+    h.app.on_data(DataEvent::Verdicts { run: h.run.clone(), verdicts: vec![v], incidents: vec![] });
+    assert!(draw(&h.app).0.contains(" · 1 alert "), "{}", draw(&h.app).0);
+}
+
+#[test]
+fn the_incident_report_is_an_event_and_i_opens_it_scrollable() {
+    for size in SIZES {
+        let mut h = hung(size);
+        let v = verdict(&h);
+        let path = format!("/data/fd/runs/{}/incident-never-entered.md", h.run);
+        for _ in 0..2 {
+            let verdicts = vec![v.clone()];
+            h.app.on_data(DataEvent::Verdicts { run: h.run.clone(), verdicts, incidents: vec![path.clone()] });
+        }
+        let m = h.app.run.model.as_ref().expect("model");
+        let said: Vec<&str> =
+            m.events.iter().filter(|e| e.kind == EventKind::Incident).map(|e| e.text.as_str()).collect();
+        assert_eq!(said, [format!("incident report written: {path}")], "once, however often progress repeats it");
+        h.app.effects.take();
+        keys(&mut h.app, "I");
+        assert_eq!(h.app.effects.take(), vec![Command::LoadIncident { run: h.run.clone() }]);
+        assert_eq!(h.app.overlay, Some(Overlay::Incident));
+        assert!(draw(&h.app).0.contains("asking the server for the report…"));
+        let md: String = ["# Incident: never-entered", "", "## Timeline"]
+            .into_iter()
+            .map(String::from)
+            .chain((0..60).map(|i| format!("- line {i} of the timeline")))
+            .collect::<Vec<_>>()
+            .join("\n");
+        h.app.on_data(DataEvent::Incident { run: h.run.clone(), result: Ok((Some(path.clone()), md)) });
+        let (text, _) = draw(&h.app);
+        assert!(text.contains("# Incident: never-entered") && text.contains("line 1/63"), "{text}");
+        insta::assert_snapshot!(format!("incident_{}x{}", size.0, size.1), text);
+        keys(&mut h.app, "jj");
+        let (text, _) = draw(&h.app);
+        assert!(text.contains("line 3/63") && !text.contains("# Incident"), "j scrolls:\n{text}");
+        keys(&mut h.app, "G");
+        assert!(draw(&h.app).0.contains("line 63/63"), "G goes to the end");
+        press(&mut h.app, KeyCode::Esc);
+        assert!(h.app.overlay.is_none());
+        // A run without one says why.
+        keys(&mut h.app, "I");
+        let why = "run X has no incident report: one is written when a hang verdict is given".to_string();
+        h.app.on_data(DataEvent::Incident { run: h.run.clone(), result: Err(why.clone()) });
+        assert!(draw(&h.app).0.contains("has no incident report"));
+    }
 }

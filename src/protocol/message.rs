@@ -494,6 +494,9 @@ pub struct Progress {
     /// it keeps up), so a follower (the cockpit's banner and heatmap, `run --headless`) sees
     /// them live. Every verdict is also stored as an event when first given.
     pub verdicts: Vec<crate::record::Verdict>,
+    /// The incident reports written so far (their paths), so a follower can say so live.
+    #[serde(default)]
+    pub incidents: Vec<String>,
 }
 
 /// What the store holds of one run, for a cockpit that opens it (`Request::Open`).

@@ -388,6 +388,9 @@ impl Link {
                 Err(e) => tracing::warn!("writing {}: {e}", p.display()),
             }
         }
+        if let (false, Some(p)) = (written, &report_path) {
+            self.tracker.incident_reports.push(p.clone());
+        }
         if !written {
             let text = match &report_path {
                 Some(p) => format!("incident report written: {p}"),

@@ -20,6 +20,8 @@ pub struct Tracker {
     new_hangs: Vec<(VerdictKey, Verdict)>,
     /// Stack dumps that arrived since the link last looked: (request, stacks).
     stack_dumps: Vec<(u64, Vec<RankStacks>)>,
+    /// The incident reports the link has written, by path, in order.
+    pub incident_reports: Vec<String>,
 }
 
 impl Tracker {
@@ -33,6 +35,7 @@ impl Tracker {
             verdicts_given: 0,
             new_hangs: Vec::new(),
             stack_dumps: Vec::new(),
+            incident_reports: Vec::new(),
             state: RunState::new(record, known_ranks),
             log_lines: BTreeMap::new(),
         }
@@ -205,6 +208,7 @@ impl Tracker {
             ranks_alive: self.state.ranks_alive(),
             world_size: self.state.record.world_size,
             verdicts: self.analyzer.active(),
+            incidents: self.incident_reports.clone(),
         }
     }
 }

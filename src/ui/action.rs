@@ -49,6 +49,7 @@ actions! {
     Stacks => "stacks", "stacks of the selected rank (dumped off the UI; grouped)";
     StacksAll => "stacks_all", "stacks of every rank, grouped; the odd one out marked";
     StacksNative => "stacks_native", "stacks of the selected rank, C/C++ frames too";
+    Incident => "incident", "the run's newest incident report (verdict, timeline, stacks)";
     RecipePicker => "recipe_picker", "launch a recipe from recipes/";
     Refresh => "refresh", "reload from the server";
     Checkpoints => "checkpoints", "checkpoints of the selected or open run";

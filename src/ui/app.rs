@@ -6,7 +6,8 @@ use super::layout::{LayoutDef, PanelKind, ScreenKind};
 use super::model::RunModel;
 use super::panels::{chart::ChartView, compare::CompareRun, compare::CompareView, events::EventsView};
 use super::panels::{chart::ParentLoss, ckpts::CkptsView, ckpts::ResumePlan};
-use super::panels::{home::HomeView, logs::LogsView, ranks::RanksView, stacks::StacksState, stacks::StacksView};
+use super::panels::{home::HomeView, incident::IncidentView, logs::LogsView, ranks::RanksView};
+use super::panels::{stacks::StacksState, stacks::StacksView};
 use crate::ids::RunId;
 use ratatui::layout::Rect;
 
@@ -42,6 +43,8 @@ pub enum Overlay {
     },
     /// The stacks viewer (its data is `RunScreen::stacks`), when the layout has no stacks panel.
     Stacks,
+    /// The open run's newest incident report (its data is `RunScreen::incident`).
+    Incident,
     /// Recipes under `recipes/` (None while listing).
     Picker {
         recipes: Option<Vec<String>>,
@@ -70,6 +73,8 @@ pub struct RunScreen {
     pub model: Option<RunModel>,
     pub error: Option<String>,
     pub layout: usize,
+    /// The layout was chosen for this run (a key, a pin, or its first snapshot's preference).
+    pub layout_set: bool,
     pub focus: usize,
     pub zoom: bool,
     pub chart: ChartView,
@@ -79,6 +84,7 @@ pub struct RunScreen {
     /// A resumed run's parent loss up to the resume step, for the chart.
     pub parent_loss: Option<ParentLoss>,
     pub stacks: StacksView,
+    pub incident: IncidentView,
 }
 
 /// Where the cockpit opens.
@@ -110,6 +116,8 @@ pub struct App {
     pub input: Option<Input>,
     pub status: Option<Status>,
     pub quit: bool,
+    /// The layout `:layout NAME` pinned: every run opens on it (None: each on its own).
+    pub layout_pin: Option<usize>,
     last_refresh_ms: u64,
     last_second: u64,
 }
@@ -130,6 +138,7 @@ impl App {
             input: None,
             status: None,
             quit: false,
+            layout_pin: None,
             last_refresh_ms: 0,
             last_second: 0,
         };
@@ -155,6 +164,19 @@ impl App {
 
     pub fn run_layouts(&self) -> Vec<&LayoutDef> {
         self.layouts.iter().filter(|l| l.screen == ScreenKind::Run).collect()
+    }
+
+    /// The layout a run opens on when none is pinned: `gpu` for a CUDA run, else `default`.
+    fn preferred_layout(&self, r: &crate::store::RunRecord) -> usize {
+        let recipe = serde_json::from_str::<serde_json::Value>(&r.recipe_json).ok();
+        let device = recipe.as_ref().and_then(|v| v.pointer("/cluster/device")?.as_str().map(str::to_string));
+        let want = if device.as_deref() == Some("cuda") { "gpu" } else { "default" };
+        let layouts = self.run_layouts();
+        layouts
+            .iter()
+            .position(|l| l.name == want)
+            .or_else(|| layouts.iter().position(|l| l.name == "default"))
+            .unwrap_or(0)
     }
 
     fn compare_layout(&self) -> Option<&LayoutDef> {
@@ -205,11 +227,15 @@ impl App {
         all.get(self.run.focus.min(all.len().saturating_sub(1))).copied()
     }
 
+    /// Opens a run on loss and on the pinned layout, else on the one its first snapshot
+    /// prefers; the chart's toggles (EMA, log-y, axis, per-rank) carry over.
     pub fn open_run(&mut self, query: &str) {
+        let chart = ChartView { metric: 0, ..std::mem::take(&mut self.run.chart) };
         self.run = RunScreen {
             query: query.to_string(),
-            layout: self.run.layout,
-            chart: std::mem::take(&mut self.run.chart),
+            layout: self.layout_pin.unwrap_or(0),
+            layout_set: self.layout_pin.is_some(),
+            chart,
             ..RunScreen::default()
         };
         self.screen = Screen::Run;
@@ -252,6 +278,10 @@ impl App {
                 let watching =
                     self.screen == Screen::Run || (self.screen == Screen::Checkpoints && self.ckpts.from_run);
                 if watching && same {
+                    if !self.run.layout_set {
+                        self.run.layout = self.preferred_layout(&s.detail.run);
+                        self.run.layout_set = true;
+                    }
                     self.run.model = Some(RunModel::from_snapshot(&s));
                     self.run.error = None;
                     self.ask_parent_loss();
@@ -283,10 +313,25 @@ impl App {
                 }
             }
             DataEvent::CompareSeries { run, points } => self.compare.set_points(&run, points),
-            DataEvent::Verdicts { run, verdicts } => match self.run.model.as_mut() {
-                Some(m) if m.state.record.id == run => m.set_live_verdicts(verdicts),
-                _ => return false,
-            },
+            DataEvent::Verdicts { run, verdicts, incidents } => {
+                let now = self.now_ms();
+                match self.run.model.as_mut() {
+                    Some(m) if m.state.record.id == run => {
+                        m.set_live_verdicts(verdicts);
+                        m.set_incidents(&incidents, now);
+                    }
+                    _ => return false,
+                }
+            }
+            DataEvent::Incident { run, result } => {
+                if self.run.model.as_ref().is_none_or(|m| m.state.record.id != run) {
+                    return false;
+                }
+                if let Err(e) = &result {
+                    self.error(e.clone());
+                }
+                self.run.incident.set(result);
+            }
             DataEvent::Stacks { run, rank, result } => {
                 if self.run.model.as_ref().is_none_or(|m| m.state.record.id != run) {
                     return false;

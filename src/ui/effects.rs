@@ -57,6 +57,10 @@ pub enum Command {
         parent: RunId,
         step: u64,
     },
+    /// The run's newest incident report (path and markdown), from its stored verdicts.
+    LoadIncident {
+        run: RunId,
+    },
     /// Dump the live ranks' stacks (one rank, or all), grouped; takes seconds.
     Stacks {
         run: RunId,
@@ -104,10 +108,18 @@ pub enum DataEvent {
         child: RunId,
         loss: crate::ui::panels::chart::ParentLoss,
     },
-    /// The verdicts that hold now for the open run (from its progress stream).
+    /// The verdicts that hold now for the open run, and the incident reports written so far
+    /// (from its progress stream).
     Verdicts {
         run: RunId,
         verdicts: Vec<Verdict>,
+        incidents: Vec<String>,
+    },
+    /// The newest incident report of `run` (its path, None if kept only in the history, and
+    /// its markdown), or why there is none.
+    Incident {
+        run: RunId,
+        result: Result<(Option<String>, String), String>,
     },
     /// A stack dump's answer, or why there is none (run not live, agent gone).
     Stacks {

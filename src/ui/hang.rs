@@ -48,6 +48,17 @@ impl RunModel {
         }
     }
 
+    /// The incident reports the server has written so far: each new one goes to the events
+    /// panel once, in the words the server stores (`incident report written: PATH`).
+    pub fn set_incidents(&mut self, paths: &[String], now_ms: u64) {
+        for p in paths {
+            let text = format!("incident report written: {p}");
+            if !self.events.iter().any(|e| e.kind == EventKind::Incident && e.text == text) {
+                self.push_event(now_ms, EventKind::Incident, None, text);
+            }
+        }
+    }
+
     /// The verdicts that hold now, from the run's progress stream. A verdict not seen before
     /// also goes to the events panel (live frames carry no server events).
     pub fn set_live_verdicts(&mut self, verdicts: Vec<Verdict>) {

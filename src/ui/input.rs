@@ -9,7 +9,7 @@ use ratatui::layout::{Position, Rect};
 use std::path::PathBuf;
 
 const COMMANDS: &str =
-    "run RECIPE [k=v ...], open RUN, attach RUN, kill, stop, ckpts, resume, layout NAME, compare, help, q";
+    "run RECIPE [k=v ...], open RUN, attach RUN, kill, stop, ckpts, resume, layout NAME|auto (pins it), compare, help, q";
 
 impl App {
     pub fn on_key(&mut self, k: KeyEvent) -> bool {
@@ -89,6 +89,7 @@ impl App {
                 self.run_layouts().iter().enumerate().map(|(i, l)| format!("{} {}", i + 1, l.name)).collect();
             if i < names.len() {
                 self.run.layout = i;
+                self.run.layout_set = true;
                 self.run.focus = 0;
                 self.run.zoom = false;
             } else {
@@ -109,6 +110,7 @@ impl App {
             Action::Kill => self.ask_kill_open_run(),
             Action::Checkpoints | Action::Resume | Action::Stop => self.lineage_action(a),
             Action::Stacks | Action::StacksAll | Action::StacksNative => self.ask_stacks(a),
+            Action::Incident => self.ask_incident(),
             Action::Refresh => {
                 let q =
                     self.run.model.as_ref().map(|m| m.state.record.id.to_string()).unwrap_or(self.run.query.clone());
@@ -180,6 +182,16 @@ impl App {
         }
     }
 
+    /// `I`: the open run's newest incident report, fetched off the UI task, in an overlay.
+    fn ask_incident(&mut self) {
+        let Some(run) = self.run.model.as_ref().map(|m| m.state.record.id.clone()) else {
+            return self.error("no run open");
+        };
+        self.run.incident.start();
+        self.overlay = Some(Overlay::Incident);
+        self.effects.send(Command::LoadIncident { run });
+    }
+
     fn ask_kill_open_run(&mut self) {
         match self
             .run
@@ -213,6 +225,14 @@ impl App {
                     Some(a) if self.run.stacks.on_action(a, page) => {}
                     _ if k.code == KeyCode::Esc || action == Some(Action::Back) => self.overlay = None,
                     _ => {}
+                }
+            }
+            Overlay::Incident => {
+                let page = self.page();
+                match action {
+                    Some(Action::Quit) => self.quit = true,
+                    Some(a) if self.run.incident.on_action(a, page) => {}
+                    _ => self.overlay = None,
                 }
             }
             Overlay::ConfirmKill { run, .. } => {
@@ -325,9 +345,16 @@ impl App {
                 Screen::Run => self.ask_kill_open_run(),
                 _ => self.home_action(Action::Kill),
             },
+            ("layout", ["auto"]) => {
+                self.layout_pin = None;
+                self.say("layout unpinned: each run opens on the layout it prefers");
+            }
             ("layout", [name]) => match self.run_layouts().iter().position(|l| l.name == *name) {
-                Some(i) if self.screen == Screen::Run => self.run.layout = i,
-                Some(_) => self.error("layouts apply to the Run screen: open a run first"),
+                Some(i) => {
+                    self.layout_pin = Some(i);
+                    (self.run.layout, self.run.layout_set) = (i, true);
+                    self.say(format!("layout {name} pinned: every run opens on it (:layout auto unpins)"));
+                }
                 None => {
                     let names: Vec<&str> = self.run_layouts().iter().map(|l| l.name.as_str()).collect();
                     self.error(format!("no layout {name:?}; layouts: {}", names.join(", ")));

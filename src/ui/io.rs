@@ -104,7 +104,8 @@ async fn follow_verdicts(db: &DbPaths, run: &str, tx: &mpsc::Sender<DataEvent>) 
     while let Some(reply) = c.next().await? {
         match reply {
             Reply::Progress(p) => {
-                if tx.send(DataEvent::Verdicts { run: p.run, verdicts: p.verdicts }).await.is_err() {
+                let ev = DataEvent::Verdicts { run: p.run, verdicts: p.verdicts, incidents: p.incidents };
+                if tx.send(ev).await.is_err() {
                     return Ok(());
                 }
             }
@@ -239,10 +240,29 @@ async fn one(db: &DbPaths, cmd: Command, tx: &mpsc::Sender<DataEvent>) -> anyhow
             };
             DataEvent::Stacks { run, rank, result }
         }
+        Command::LoadIncident { run } => {
+            let result = match request(db, Request::ShowRun { run: run.to_string() }).await {
+                Ok(Reply::Run { detail }) => newest_incident(&detail),
+                Ok(other) => Err(format!("unexpected reply to show: {other:?}")),
+                Err(e) => Err(format!("{e:#}")),
+            };
+            DataEvent::Incident { run, result }
+        }
         Command::Open { .. } | Command::Close => return Ok(()),
     };
     let _ = tx.send(ev).await;
     Ok(())
+}
+
+/// The newest incident report among a run's stored verdicts, or why it has none.
+fn newest_incident(detail: &crate::record::RunDetail) -> Result<(Option<String>, String), String> {
+    let newest = detail.verdicts.iter().rev().find_map(|v| v.report_md.clone().map(|md| (v.report_path.clone(), md)));
+    newest.ok_or_else(|| {
+        format!(
+            "run {} has no incident report: one is written when a hang verdict is given (a straggler gets none)",
+            detail.run.id
+        )
+    })
 }
 
 /// `recipes/*.toml` under the current directory, sorted.

@@ -5,7 +5,7 @@ use super::app::{App, Input, Overlay, Screen};
 use super::fmt::{self, STALE_MS};
 use super::layout::PanelKind;
 use super::panels::{
-    banner, chart, ckpts, collectives, compare, events, gpu, heatmap, help, logs, matrix, ranks, stacks,
+    banner, chart, ckpts, collectives, compare, events, gpu, heatmap, help, incident, logs, matrix, ranks, stacks,
 };
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
@@ -36,6 +36,9 @@ impl Widget for &App {
             Some(Overlay::Help { scroll }) => help::render(&self.keymap, *scroll, body, buf),
             Some(Overlay::Stacks) => {
                 stacks::render_overlay(&self.run.stacks, self.keymap.hint(Action::Back), self.now_ms(), body, buf)
+            }
+            Some(Overlay::Incident) => {
+                incident::render_overlay(&self.run.incident, self.keymap.hint(Action::Back), body, buf)
             }
             Some(Overlay::ConfirmKill { run, name }) => {
                 let text = format!("Kill run {name} ({run})? Every rank gets SIGKILL; nothing is saved.");
@@ -124,7 +127,8 @@ impl App {
                         spans.push(Span::styled(format!(" · data {} ago", fmt::duration_ms(age)), st));
                     }
                     let layout = self.run_layouts().get(self.run.layout).map(|l| l.name.clone()).unwrap_or_default();
-                    spans.push(Span::styled(format!(" · layout {layout}"), fmt::dim()));
+                    let pinned = if self.layout_pin.is_some() { " (pinned)" } else { "" };
+                    spans.push(Span::styled(format!(" · layout {layout}{pinned}"), fmt::dim()));
                     spans.push(Span::styled(format!(" · {}", r.id), fmt::dim()));
                 }
             },

@@ -189,3 +189,32 @@ pub fn command_recipe_with(path: &Path, name: &str, argv: &[&str], ranks_per_nod
     );
     std::fs::write(path, text).expect("writing the recipe");
 }
+
+/// The tails of every log under the database's run directories (ranks, agents, torchrun's
+/// per-rank files): for a failure message, so a rank that died says how.
+pub fn run_logs(db: &Db) -> String {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "log") || p.file_name().is_some_and(|n| n == "stderr.log") {
+                out.push(p);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(&db.path().join("runs"), &mut files);
+    files.sort();
+    let mut text = String::new();
+    for f in files {
+        let body = std::fs::read_to_string(&f).unwrap_or_default();
+        let tail: Vec<&str> = body.lines().rev().take(40).collect();
+        text.push_str(&format!("\n--- {} (last {} lines)\n", f.display(), tail.len()));
+        for l in tail.iter().rev() {
+            text.push_str(l);
+            text.push('\n');
+        }
+    }
+    text
+}

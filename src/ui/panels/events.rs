@@ -1,5 +1,5 @@
 //! Events and alerts of the run: rank starts and exits, NaN losses, bad frames, notices, run end.
-use crate::store::EventKind;
+use crate::store::{EventKind, EventRecord};
 use crate::ui::action::Action;
 use crate::ui::fmt;
 use crate::ui::model::RunModel;
@@ -43,17 +43,35 @@ fn style(kind: EventKind) -> Style {
     }
 }
 
+/// What the events panel counts as an alert (docs/cockpit.md): verdicts (hangs, deaths, lost
+/// nodes, stragglers), failures a rank printed, NaN losses, failed saves, bad frames, and a rank
+/// that exited with an error or a signal. A clean exit, a start, a save or a notice is not one.
+pub fn is_alert(model: &RunModel, e: &EventRecord) -> bool {
+    match e.kind {
+        EventKind::Verdict
+        | EventKind::Failure
+        | EventKind::NanLoss
+        | EventKind::CheckpointFailed
+        | EventKind::BadFrame => true,
+        EventKind::RankExited => e
+            .rank
+            .and_then(|r| model.state.ranks.get(r as usize))
+            .and_then(|info| info.exit.as_ref())
+            .is_some_and(|exit| !exit.success()),
+        EventKind::RunStarted
+        | EventKind::RankStarted
+        | EventKind::RunEnded
+        | EventKind::Notice
+        | EventKind::CheckpointSaved
+        | EventKind::Incident => false,
+    }
+}
+
 pub fn render(model: Option<&RunModel>, view: &EventsView, focused: bool, area: Rect, buf: &mut Buffer) {
     let n = model.map(|m| m.events.len()).unwrap_or(0);
-    let alerts = model
-        .map(|m| {
-            m.events
-                .iter()
-                .filter(|e| matches!(e.kind, EventKind::RankExited | EventKind::NanLoss | EventKind::Failure))
-                .count()
-        })
-        .unwrap_or(0);
-    let block = fmt::panel_block(fmt::title("events", format!("{n} · {alerts} alerts")), focused);
+    let alerts = model.map(|m| m.events.iter().filter(|e| is_alert(m, e)).count()).unwrap_or(0);
+    let alerts = if alerts == 1 { "1 alert".to_string() } else { format!("{alerts} alerts") };
+    let block = fmt::panel_block(fmt::title("events", format!("{n} · {alerts}")), focused);
     let inner = block.inner(area);
     block.render(area, buf);
     let Some(model) = model else { return };

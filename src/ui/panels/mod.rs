@@ -9,6 +9,7 @@ pub mod gpu;
 pub mod heatmap;
 pub mod help;
 pub mod home;
+pub mod incident;
 pub mod logs;
 pub mod matrix;
 pub mod ranks;
