@@ -36,5 +36,6 @@ pub mod sync;
 pub mod tensorboard;
 pub mod torchfr;
 pub mod ui;
+pub mod units;
 #[cfg(feature = "torch")]
 pub mod worker;

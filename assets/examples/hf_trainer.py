@@ -64,6 +64,12 @@ def main():
 
         with open(a.history.format(rank=os.environ.get("RANK", "0")), "w") as f:
             json.dump(trainer.state.log_history, f)
+    # The Trainer leaves its process group to the interpreter's exit, where gloo's teardown can
+    # abort ("terminate called without an active exception"); PyTorch asks programs to end it.
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

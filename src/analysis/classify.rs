@@ -204,7 +204,7 @@ fn collective_ref(r: &CollectiveRecord) -> CollectiveRef {
     CollectiveRef { seq: r.seq, op: r.op, elements: r.elements, bytes: r.bytes, step: r.step }
 }
 
-/// `all_reduce #34 (4.0 MB, step 5)`.
+/// `all_reduce #34 (4.0 MiB, step 5)`.
 pub fn describe(c: &CollectiveRef) -> String {
     format!("{} #{} ({}, step {})", c.op.name(), c.seq, bytes(c.bytes), c.step.0)
 }
@@ -236,10 +236,4 @@ fn secs(ms: u64) -> String {
     format!("{:.1} s", ms as f64 / 1000.0)
 }
 
-pub fn bytes(b: u64) -> String {
-    match b {
-        b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),
-        b if b >= 1 << 10 => format!("{:.1} KiB", b as f64 / 1024.0),
-        b => format!("{b} B"),
-    }
-}
+pub use crate::units::bytes;

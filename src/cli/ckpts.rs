@@ -48,7 +48,7 @@ pub async fn ckpts(db: &DbPaths, run: &str, json: bool, verify: bool) -> anyhow:
             "{:>8} {:>9} {:>10} {:>8} {:>10} {:>10}  {verdict}{mark}",
             c.step,
             loss,
-            size(c.bytes),
+            crate::units::bytes(c.bytes),
             age(c.saved_ms, now),
             if c.saved_ms > 0 { format!("{:.1} ms", c.blocking_ms) } else { "-".into() },
             if c.saved_ms > 0 { format!("{:.0} ms", c.write_ms) } else { "-".into() },
@@ -72,14 +72,6 @@ fn entry_json(c: &CheckpointRecord, latest: Option<u64>, now: u64) -> Value {
         "problem": c.problem,
         "latest": latest == Some(c.step),
     })
-}
-
-fn size(bytes: u64) -> String {
-    match bytes {
-        b if b >= 1_000_000_000 => format!("{:.1} GB", b as f64 / 1e9),
-        b if b >= 1_000_000 => format!("{:.1} MB", b as f64 / 1e6),
-        b => format!("{:.1} kB", b as f64 / 1e3),
-    }
 }
 
 fn age(saved_ms: u64, now: u64) -> String {

@@ -230,11 +230,11 @@ pub fn status_of(outcome: RunOutcome) -> RunStatus {
 /// The event text of a committed checkpoint: its size and what the save cost.
 pub fn saved_text(c: &CheckpointSaved) -> String {
     format!(
-        "checkpoint step {} saved: {:.1} MB in {:.0} ms ({:.2} GB/s), training blocked {:.1} ms",
+        "checkpoint step {} saved: {} in {:.0} ms ({}), training blocked {:.1} ms",
         c.step.0,
-        c.bytes as f64 / 1e6,
+        crate::units::bytes(c.bytes),
         c.write_ms,
-        c.write_gbps,
+        crate::units::gb_per_s(c.write_gbps),
         c.blocking_ms
     )
 }

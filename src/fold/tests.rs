@@ -85,7 +85,7 @@ fn checkpoint_events_say_what_the_save_cost_and_why_one_failed() {
         pruned: vec![],
     };
     let f = s.apply(&rank_msg(1, 0, RankMsg::CheckpointSaved(saved)));
-    assert_eq!(texts(&f), ["checkpoint step 20 saved: 12.5 MB in 41 ms (0.30 GB/s), training blocked 3.2 ms"]);
+    assert_eq!(texts(&f), ["checkpoint step 20 saved: 11.9 MiB in 41 ms (0.30 GB/s), training blocked 3.2 ms"]);
     let failed = RankMsg::CheckpointFailed { step: Step(30), reason: "disk full".into() };
     let f = s.apply(&rank_msg(2, 0, failed));
     assert_eq!(texts(&f), ["rank 0: checkpoint step 30 failed: disk full"]);

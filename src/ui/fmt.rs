@@ -30,32 +30,15 @@ pub fn opt_num(v: Option<f64>) -> String {
     v.map(num).unwrap_or_else(|| "-".into())
 }
 
-pub fn bytes(b: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "K", "M", "G", "T"];
-    let mut v = b as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{b}B")
-    } else {
-        format!("{v:.1}{}", UNITS[u])
-    }
-}
+/// Sizes and durations are written one way everywhere (`crate::units`).
+pub use crate::units::{bytes, duration_ms};
 
-/// `850ms`, `12s`, `3m05s`, `2h10m`.
-pub fn duration_ms(ms: u64) -> String {
-    let s = ms / 1000;
-    if ms < 1000 {
-        format!("{ms}ms")
-    } else if s < 60 {
-        format!("{s}s")
-    } else if s < 3600 {
-        format!("{}m{:02}s", s / 60, s % 60)
+/// A metric's value: a size metric (`mem_rss_bytes`) in binary units, anything else by `num`.
+pub fn metric_value(metric: &str, v: f64) -> String {
+    if crate::units::is_size_metric(metric) {
+        crate::units::bytes_f(v)
     } else {
-        format!("{}h{:02}m", s / 3600, (s % 3600) / 60)
+        num(v)
     }
 }
 

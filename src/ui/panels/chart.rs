@@ -102,7 +102,7 @@ pub fn render(
     let series = model.and_then(|m| m.metrics.get(&metric));
     let last = series.and_then(|s| s.cross.last()).copied();
     let mut extra = match last {
-        Some(a) => format!("mean {} · step {} · {}", fmt::num(a.mean()), a.step, view.flags()),
+        Some(a) => format!("mean {} · step {} · {}", fmt::metric_value(&metric, a.mean()), a.step, view.flags()),
         None => view.flags(),
     };
     // The parent's loss shares the step axis only (its wall times are another run's).
@@ -125,9 +125,10 @@ pub fn render(
     };
     let start = parent.and_then(|p| p.points.first()).map_or(x_of(first.first), |p| x_of(first.first).min(p.0 as f64));
     let (x0, x1) = (start, x_of(lastp.step).max(start + 1.0));
-    let gutter = 8u16;
+    // A size's labels (`177.4 MiB`) need a wider gutter than a plain number's.
+    let gutter = if crate::units::is_size_metric(&metric) { 11u16 } else { 8u16 };
     if inner.width <= gutter + 4 || inner.height < 3 {
-        Paragraph::new(format!("{} {}", metric, fmt::num(lastp.mean()))).render(inner, buf);
+        Paragraph::new(format!("{} {}", metric, fmt::metric_value(&metric, lastp.mean()))).render(inner, buf);
         return;
     }
     let plot = Rect { x: inner.x + gutter, y: inner.y, width: inner.width - gutter, height: inner.height - 1 };
@@ -182,8 +183,8 @@ pub fn render(
     // Axis labels: y at top and bottom of the gutter, x below the plot.
     let uy = |v: f64| if view.log_y { 10f64.powf(v) } else { v };
     let label = |s: String| fmt::truncate(&s, gutter as usize - 1);
-    buf.set_string(inner.x, plot.y, label(fmt::num(uy(y1))), fmt::dim());
-    buf.set_string(inner.x, plot.y + plot.height - 1, label(fmt::num(uy(y0))), fmt::dim());
+    buf.set_string(inner.x, plot.y, label(fmt::metric_value(&metric, uy(y1))), fmt::dim());
+    buf.set_string(inner.x, plot.y + plot.height - 1, label(fmt::metric_value(&metric, uy(y0))), fmt::dim());
     let unit = if view.wall { "s" } else { "" };
     let x_label = |x: f64| if view.wall { format!("{}{unit}", fmt::num(x)) } else { format!("{}", x.round() as u64) };
     let (left, right) = (x_label(x0), x_label(x1));

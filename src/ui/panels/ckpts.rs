@@ -157,7 +157,7 @@ pub fn render(view: &CkptsView, now_ms: u64, area: Rect, buf: &mut Buffer) {
         ("STEP", 8, 0),
         ("", 6, 1),
         ("LOSS", 7, 3),
-        ("SIZE", 8, 4),
+        ("SIZE", 10, 4),
         ("AGE", 6, 5),
         ("BLOCKED", 9, 6),
         ("WRITE", 8, 7),

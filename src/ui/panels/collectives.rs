@@ -73,13 +73,13 @@ pub fn render(model: Option<&RunModel>, focused: bool, area: Rect, buf: &mut Buf
     let cols: [(&str, u16, u8); 10] = [
         ("SEQ", 5, 0),
         ("OP", 10, 1),
-        ("SIZE", 7, 7),
+        ("SIZE", 9, 7),
         ("DONE", 5, 4),
         ("P50 MS", 7, 2),
         ("MAX MS", 7, 5),
         ("SKEW MS", 7, 3),
-        ("BUSBW", 6, 6),
-        ("ALGBW", 6, 8),
+        ("BUSBW GB/s", 10, 6),
+        ("ALGBW GB/s", 10, 8),
         ("STEP", 5, 9),
     ];
     let keep = fit_columns(&cols.iter().map(|c| (c.1, c.2)).collect::<Vec<_>>(), inner.width);

@@ -58,7 +58,7 @@ pub fn render(model: Option<&RunModel>, focused: bool, area: Rect, buf: &mut Buf
         ("UTIL", 4, 1),
         ("SM", 4, 3),
         ("TC", 4, 10),
-        ("MEM", 13, 2),
+        ("MEM", 19, 2),
         ("W", 4, 4),
         ("°C", 3, 5),
         ("MHZ", 5, 11),
@@ -66,8 +66,8 @@ pub fn render(model: Option<&RunModel>, focused: bool, area: Rect, buf: &mut Buf
         ("NODE", 10, 7),
         ("RANKS", 6, 8),
         ("NAME", 14, 9),
-        ("NVLINK", 9, 12),
-        ("PCIE", 9, 13),
+        ("NVLINK", 12, 12),
+        ("PCIE", 12, 13),
     ];
     let keep = fit_columns(&cols.iter().map(|c| (c.1, c.2)).collect::<Vec<_>>(), inner.width);
     let header = Row::new(cols.iter().zip(&keep).filter(|(_, k)| **k).map(|(c, _)| Cell::from(c.0))).style(fmt::dim());

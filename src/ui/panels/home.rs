@@ -168,17 +168,18 @@ impl HomeView {
             Paragraph::new(Line::styled(text, fmt::dim())).render(inner, buf);
             return;
         }
-        // (header, width, priority)
-        let cols: [(&str, u16, u8); 9] = [
+        // (header, width, priority): when narrow, the id stays (to copy it) before the numbers.
+        let cols: [(&str, u16, u8); 10] = [
             ("STATUS", 12, 0),
             ("NAME", 14, 1),
-            ("STEP", 11, 2),
-            ("LOSS", 7, 3),
-            ("TIME", 6, 4),
-            ("WORLD", 5, 5),
-            ("ID", 20, 6),
-            ("RECIPE", 14, 7),
-            ("PARENT", 20, 8),
+            ("STEP", 11, 3),
+            ("LOSS", 7, 4),
+            ("TIME", 6, 5),
+            ("STARTED", 9, 6),
+            ("WORLD", 5, 7),
+            ("ID", 20, 2),
+            ("RECIPE", 14, 8),
+            ("PARENT", 20, 9),
         ];
         let keep = fit_columns(&cols.iter().map(|c| (c.1, c.2)).collect::<Vec<_>>(), inner.width);
         let header =
@@ -187,7 +188,7 @@ impl HomeView {
         let offset = (self.cursor + 1).saturating_sub(rows_avail.max(1));
         let rows = runs.iter().skip(offset).take(rows_avail).map(|r| {
             let mark = if self.marked.contains(&r.id) { "● " } else { "  " };
-            let cells: [Cell; 9] = [
+            let cells: [Cell; 10] = [
                 Cell::from(format!("{mark}{}", r.status.name())).style(fmt::status_style(r.status)),
                 Cell::from(if r.parent.is_some() {
                     format!("↳ {}", fmt::truncate(&r.name, 12))
@@ -197,6 +198,7 @@ impl HomeView {
                 Cell::from(format!("{}/{}", r.step, r.steps_planned)),
                 Cell::from(fmt::opt_num(r.last_loss)),
                 Cell::from(fmt::duration_ms(duration(r, now_ms))),
+                Cell::from(format!("{} ago", fmt::duration_ms(now_ms.saturating_sub(r.created_ms)))),
                 Cell::from(r.world_size.to_string()),
                 Cell::from(r.id.to_string()),
                 Cell::from(fmt::truncate(&r.recipe_name, 14)),

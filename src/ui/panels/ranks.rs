@@ -70,9 +70,9 @@ pub fn render(model: Option<&RunModel>, view: &RanksView, focused: bool, now_ms:
         ("PID", 7, 8),
     ];
     if has_gpu {
-        cols.extend([("GPU", 3, 6), ("GPU%", 5, 6), ("MEM", 13, 6), ("W", 5, 9), ("°C", 4, 9)]);
+        cols.extend([("GPU", 3, 6), ("GPU%", 5, 6), ("MEM", 19, 6), ("W", 5, 9), ("°C", 4, 9)]);
     } else {
-        cols.extend([("CPU%", 5, 6), ("RSS", 7, 6)]);
+        cols.extend([("CPU%", 5, 6), ("RSS", 9, 6)]);
     }
     let keep = fit_columns(&cols.iter().map(|c| (c.1, c.2)).collect::<Vec<_>>(), inner.width);
     let header = Row::new(cols.iter().zip(&keep).filter(|(_, k)| **k).map(|(c, _)| Cell::from(c.0))).style(fmt::dim());

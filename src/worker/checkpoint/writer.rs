@@ -135,9 +135,10 @@ fn commit_job(root: &std::path::Path, keep: u32, job: &Job, tele: &TelemetryTx) 
     let write_gbps = if write_ms > 0.0 { bytes as f64 / (write_ms / 1e3) / 1e9 } else { 0.0 };
     let path = root.join(crate::store::checkpoints::disk::step_dir_name(job.info.step));
     println!(
-        "rank 0 checkpoint step {}: {:.1} MB in {write_ms:.1} ms ({write_gbps:.2} GB/s), training blocked {:.2} ms",
+        "rank 0 checkpoint step {}: {} in {write_ms:.1} ms ({}), training blocked {:.2} ms",
         job.info.step,
-        bytes as f64 / 1e6,
+        crate::units::bytes(bytes),
+        crate::units::gb_per_s(write_gbps),
         job.blocking_ms
     );
     tele.checkpoint(RankMsg::CheckpointSaved(CheckpointSaved {
