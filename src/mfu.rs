@@ -48,6 +48,13 @@ pub fn known_bf16_peak_tflops(gpu_name: &str) -> Option<f64> {
     BF16_PEAKS_TFLOPS.iter().find(|(key, _)| gpu_name.contains(key)).map(|(_, peak)| *peak)
 }
 
+/// `FLIGHTDECK_PEAK_TFLOPS`, read once: the peak a user sets for a GPU not in the table (or a
+/// dtype other than bf16). None when unset or not a positive number.
+pub fn configured_peak_tflops() -> Option<f64> {
+    static PEAK: std::sync::OnceLock<Option<f64>> = std::sync::OnceLock::new();
+    *PEAK.get_or_init(|| std::env::var("FLIGHTDECK_PEAK_TFLOPS").ok()?.trim().parse().ok().filter(|p: &f64| *p > 0.0))
+}
+
 /// The peak to divide by: the configured one when given, else the GPU's by name.
 pub fn peak_tflops(configured: Option<f64>, gpu_name: &str) -> Option<f64> {
     configured.filter(|p| *p > 0.0).or_else(|| known_bf16_peak_tflops(gpu_name))

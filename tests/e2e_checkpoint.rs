@@ -89,7 +89,7 @@ fn stop_then_resume_gives_the_straight_runs_losses_bit_for_bit() {
     assert!(db.run(&["stop", &parent]).status.success());
     let end = read_until(&mut lines, |l| l.starts_with(&format!("run {parent} ")));
     assert!(end.contains("stopped on request after step"), "{end}");
-    assert!(!child.wait().unwrap().success(), "a stopped run did not finish its steps");
+    assert_eq!(child.wait().unwrap().code(), Some(3), "a run stopped on request exits 3");
     let ckpts = db.json(&["ckpts", &parent, "--verify", "--json"]);
     let list = ckpts["checkpoints"].as_array().unwrap();
     let stop_step = list.last().expect("the stop saved a checkpoint")["step"].as_u64().unwrap();
@@ -107,6 +107,11 @@ fn stop_then_resume_gives_the_straight_runs_losses_bit_for_bit() {
     let show = db.json(&["show", &first, "--json"]);
     assert_eq!(show["run"]["parent"], parent.as_str());
     assert_eq!(show["run"]["resumed_from"]["step"], stop_step);
+    // `runs` names each child's parent and the step it took over from.
+    let runs = ok(&db.run(&["runs"]));
+    assert!(runs.lines().next().is_some_and(|h| h.trim_end().ends_with("PARENT")), "{runs}");
+    let row = runs.lines().find(|l| l.starts_with(&first)).expect("the child's row");
+    assert!(row.trim_end().ends_with(&format!("{parent}@{stop_step}")), "{row}");
 
     // And from exactly step 30 (saved by whichever run passed it), to 60.
     let owner = if stop_step >= 30 { parent.clone() } else { first.clone() };

@@ -305,3 +305,56 @@ fn a_newly_opened_run_starts_on_loss_and_its_own_layout_unless_one_is_pinned() {
     open_fixture(&mut app, "20261202T105754-dddd");
     assert_eq!(layout_name(&app), "default");
 }
+
+#[test]
+fn the_recipe_picker_starts_on_the_default_marks_cuda_and_takes_overrides() {
+    use flightdeck::ui::effects::RecipeChoice;
+    let mut app = app(Start::Home);
+    typed(&mut app, "n");
+    assert!(app.effects.take().contains(&Command::ListRecipes));
+    let choice = |p: &str, no_gpu_here: bool| RecipeChoice { path: p.into(), no_gpu_here };
+    let list = vec![
+        choice("recipes/command-env.toml", false),
+        choice("recipes/tiny-gpt-cuda.toml", true),
+        choice("recipes/tiny-gpt.toml", false),
+    ];
+    app.on_data(DataEvent::Recipes(list));
+    let Some(Overlay::Picker { cursor, .. }) = &app.overlay else { panic!("the picker: {:?}", app.overlay) };
+    assert_eq!(*cursor, 2, "the cursor starts on recipes/tiny-gpt.toml");
+    let mut t = Terminal::new(TestBackend::new(100, 30)).expect("terminal");
+    t.draw(|f| f.render_widget(&app, f.area())).expect("draw");
+    let screen: String = (0..30)
+        .map(|y| (0..100).map(|x| t.backend().buffer()[(x, y)].symbol().to_string()).collect::<String>() + "\n")
+        .collect();
+    let cuda = screen.lines().find(|l| l.contains("tiny-gpt-cuda.toml")).expect("the CUDA recipe");
+    assert!(cuda.contains("needs CUDA: no NVIDIA driver here"), "{screen}");
+    assert!(!screen.lines().any(|l| l.contains("tiny-gpt.toml ") && l.contains("needs CUDA")), "{screen}");
+    // `:` turns the pick into a command line to add overrides to.
+    typed(&mut app, ":");
+    assert!(app.overlay.is_none());
+    typed(&mut app, "train.steps=5");
+    press(&mut app, KeyCode::Enter);
+    let want =
+        Command::Launch { recipe: PathBuf::from("recipes/tiny-gpt.toml"), overrides: vec!["train.steps=5".into()] };
+    assert!(app.effects.take().contains(&want));
+}
+
+#[test]
+fn compare_takes_only_the_marked_runs_the_filter_shows() {
+    let runs: Vec<RunRecord> = fixture("runs.json");
+    assert!(runs.len() >= 2);
+    let mut app = app(Start::Home);
+    app.on_data(DataEvent::Runs(runs.clone()));
+    // Mark every run (Space marks and moves down), then filter down to one of them.
+    for _ in &runs {
+        typed(&mut app, " ");
+    }
+    assert_eq!(app.home.marked.len(), runs.len());
+    let shown = runs.iter().find(|r| r.name.contains("lr")).expect("a run named with lr").clone();
+    typed(&mut app, "/lr");
+    press(&mut app, KeyCode::Enter);
+    app.effects.take();
+    typed(&mut app, "c");
+    let sent = app.effects.take();
+    assert!(sent.contains(&Command::LoadCompare { runs: vec![shown.id.clone()] }), "{sent:?}");
+}

@@ -173,6 +173,14 @@ fn the_banner_names_the_culprit_and_its_row_stands_out() {
         assert!(banner.contains("HANG never-entered") && banner.contains("rank 1 (local, pid"), "{banner}");
         let header = text.lines().next().expect("line 1");
         assert!(header.contains(" hung ") && !header.contains("running"), "a live hang makes it hung: {header}");
+        // When narrow, what stays: the hang's duration, the run's name and id, the way back.
+        assert!(banner.contains(" · for 9s"), "{banner}");
+        assert!(header.contains("tiny-gpt") && header.contains(h.run.as_str()), "{header}");
+        let footer = text.lines().last().expect("the footer");
+        assert!(footer.starts_with("? help") && footer.trim_end().ends_with("q back"), "{footer}");
+        // Events cut to the panel's width end in `…`.
+        let cut = text.lines().find(|l| l.contains("never-entered: rank 1")).expect("the verdict event");
+        assert!(cut.contains("…"), "{cut}");
         assert!(buf[(1, 1)].bg == Color::Red, "the banner is red");
         insta::assert_snapshot!(format!("banner_default_{}x{}", size.0, size.1), text);
         // The culprit's row in the ranks table: red and reversed, its rank marked.

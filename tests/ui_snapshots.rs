@@ -86,8 +86,13 @@ fn home() {
         let runs = runs();
         let mut app = app(Start::Home, size, end_ms(&runs));
         insta::assert_snapshot!(format!("home_loading_{}x{}", size.0, size.1), draw(&app));
+        let id = runs[0].id.to_string();
         app.on_data(DataEvent::Runs(runs));
-        insta::assert_snapshot!(format!("home_{}x{}", size.0, size.1), draw(&app));
+        let text = draw(&app);
+        // At any size: every run's id (to copy it) and the way out.
+        assert!(text.contains(&id), "{text}");
+        assert!(text.lines().last().is_some_and(|l| l.ends_with("q quit")), "{text}");
+        insta::assert_snapshot!(format!("home_{}x{}", size.0, size.1), text);
     }
 }
 

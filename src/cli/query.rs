@@ -52,15 +52,21 @@ pub async fn runs(db: &DbPaths, json: bool) -> anyhow::Result<i32> {
         return Ok(0);
     }
     println!(
-        "{:<22} {:<11} {:<16} {:>5} {:>11} {:>9} {:>9}",
+        "{:<22} {:<11} {:<16} {:>5} {:>11} {:>9} {:>9}  PARENT",
         "ID", "STATUS", "NAME", "WORLD", "STEP", "LOSS", "DURATION"
     );
     for r in runs.iter().rev() {
         let v = output::run_json(r);
         let loss = r.last_loss.map(|l| format!("{l:.4}")).unwrap_or_else(|| "-".into());
         let dur = v["duration_s"].as_f64().unwrap_or(0.0);
+        // A resumed run's parent and the step it took over from (`-` for a fresh run).
+        let parent = match (&r.parent, &r.resumed_from) {
+            (Some(p), Some(from)) => format!("{p}@{}", from.step),
+            (Some(p), None) => p.to_string(),
+            (None, _) => "-".into(),
+        };
         println!(
-            "{:<22} {:<11} {:<16} {:>5} {:>11} {:>9} {:>8.0}s",
+            "{:<22} {:<11} {:<16} {:>5} {:>11} {:>9} {:>8.0}s  {parent}",
             r.id.as_str(),
             r.status.name(),
             truncate(&r.name, 16),

@@ -47,7 +47,7 @@ pub enum Overlay {
     Incident,
     /// Recipes under `recipes/` (None while listing).
     Picker {
-        recipes: Option<Vec<String>>,
+        recipes: Option<Vec<super::effects::RecipeChoice>>,
         cursor: usize,
     },
 }
@@ -254,7 +254,10 @@ impl App {
     /// Opens the Compare screen on the marked runs (or says how to mark some).
     pub fn open_compare(&mut self) {
         let now = self.now_ms();
-        let marked: Vec<_> = self.home.runs.iter().filter(|r| self.home.marked.contains(&r.id)).cloned().collect();
+        // Only what the user can see: marks on runs the filter hides are left out (and counted).
+        let visible = self.home.visible(now);
+        let marked: Vec<_> =
+            visible.iter().filter(|r| self.home.marked.contains(&r.id)).map(|r| (*r).clone()).collect();
         let records = if marked.is_empty() { self.home.selected(now).cloned().into_iter().collect() } else { marked };
         if records.is_empty() {
             self.error("no run to compare: mark runs with space on Home first");
@@ -308,7 +311,8 @@ impl App {
                 self.open_run(run.as_str());
             }
             DataEvent::Recipes(list) => {
-                if let Some(Overlay::Picker { recipes, .. }) = &mut self.overlay {
+                if let Some(Overlay::Picker { recipes, cursor }) = &mut self.overlay {
+                    *cursor = list.iter().position(|r| r.path == super::effects::DEFAULT_RECIPE).unwrap_or(0);
                     *recipes = Some(list);
                 }
             }

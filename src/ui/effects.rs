@@ -69,6 +69,16 @@ pub enum Command {
     },
 }
 
+/// A recipe the picker offers: its path, and whether it wants CUDA on a machine without it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RecipeChoice {
+    pub path: String,
+    pub no_gpu_here: bool,
+}
+
+/// The recipe the picker starts on when it is listed (the README's and `make demo`'s).
+pub const DEFAULT_RECIPE: &str = "recipes/tiny-gpt.toml";
+
 /// What comes back, as events for the UI task.
 #[derive(Clone, Debug)]
 pub enum DataEvent {
@@ -91,7 +101,7 @@ pub enum DataEvent {
         reason: String,
     },
     Launched(RunId),
-    Recipes(Vec<String>),
+    Recipes(Vec<RecipeChoice>),
     CompareSeries {
         run: RunId,
         points: Vec<(u64, f64)>,

@@ -92,6 +92,45 @@ pub fn fit_columns(cols: &[(u16, u8)], width: u16) -> Vec<bool> {
     keep
 }
 
+/// The parts of one line that fit in `width` cells: the parts with the highest priority number
+/// go first (0 is kept longest), the rest keep their order. `len` is a part's width.
+pub fn fit_parts<T>(parts: Vec<(T, u8)>, width: usize, len: impl Fn(&T) -> usize) -> Vec<T> {
+    let mut keep: Vec<bool> = vec![true; parts.len()];
+    let total = |keep: &[bool]| parts.iter().zip(keep).filter(|(_, k)| **k).map(|(p, _)| len(&p.0)).sum::<usize>();
+    let mut order: Vec<usize> = (0..parts.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(parts[i].1));
+    for i in order {
+        if total(&keep) <= width || parts[i].1 == 0 {
+            break;
+        }
+        keep[i] = false;
+    }
+    parts.into_iter().zip(keep).filter(|(_, k)| *k).map(|(p, _)| p.0).collect()
+}
+
+/// A line's spans cut to `width` cells, the last shown ending in `…` where text was cut.
+pub fn cut_spans(spans: Vec<Span<'static>>, width: usize) -> Line<'static> {
+    let mut out = Vec::new();
+    let mut used = 0;
+    for s in spans {
+        let w = s.content.chars().count();
+        if used + w <= width {
+            used += w;
+            out.push(s);
+            continue;
+        }
+        let room = width.saturating_sub(used);
+        if room > 0 {
+            out.push(Span::styled(truncate(&s.content, room), s.style));
+        } else if let Some(last) = out.pop() {
+            let n = last.content.chars().count();
+            out.push(Span::styled(truncate(&format!("{}…", last.content), n), last.style));
+        }
+        break;
+    }
+    Line::from(out)
+}
+
 /// Cuts text to at most `n` characters, marking the cut with `…`.
 pub fn truncate(s: &str, n: usize) -> String {
     if s.chars().count() <= n {

@@ -254,7 +254,14 @@ impl App {
                     Some(Action::Down) => *cursor = (*cursor + 1).min(n.saturating_sub(1)),
                     Some(Action::Open) => {
                         if let Some(r) = recipes.as_ref().and_then(|r| r.get(*cursor)).cloned() {
-                            self.launch(PathBuf::from(&r), Vec::new());
+                            self.launch(PathBuf::from(&r.path), Vec::new());
+                            self.overlay = None;
+                        }
+                    }
+                    // Overrides: the launch as a command line to finish (`:run RECIPE k=v ...`).
+                    Some(Action::Command) => {
+                        if let Some(r) = recipes.as_ref().and_then(|r| r.get(*cursor)).cloned() {
+                            self.input = Some(Input::Command(format!("run {} ", r.path)));
                             self.overlay = None;
                         }
                     }

@@ -1,6 +1,6 @@
 //! The live side of `Effects`: carries the cockpit's commands to the server off the UI task
 //! and sends what comes back as events. One connection per request; a stream has its own.
-use super::effects::{Command, DataEvent};
+use super::effects::{Command, DataEvent, RecipeChoice};
 use super::panels::{chart::ParentLoss, ckpts::CkptList, ckpts::Resumed};
 use crate::client::Client;
 use crate::paths::DbPaths;
@@ -266,16 +266,22 @@ fn newest_incident(detail: &crate::record::RunDetail) -> Result<(Option<String>,
 }
 
 /// `recipes/*.toml` under the current directory, sorted.
-fn list_recipes() -> Vec<String> {
-    let mut out: Vec<String> = std::fs::read_dir("recipes")
+/// Each is marked when it asks for `cluster.device = "cuda"` and this machine has no NVIDIA
+/// driver (`/dev/nvidiactl`), as `doctor` would find.
+fn list_recipes() -> Vec<RecipeChoice> {
+    let gpu_here = std::path::Path::new("/dev/nvidiactl").exists();
+    let mut out: Vec<RecipeChoice> = std::fs::read_dir("recipes")
         .into_iter()
         .flatten()
         .flatten()
         .map(|e| e.path())
         .filter(|p| p.extension().is_some_and(|e| e == "toml"))
-        .map(|p| p.display().to_string())
+        .map(|p| {
+            let cuda = crate::recipe::load_file(&p, &[]).is_ok_and(|r| r.cluster.device == crate::recipe::Device::Cuda);
+            RecipeChoice { path: p.display().to_string(), no_gpu_here: cuda && !gpu_here }
+        })
         .collect();
-    out.sort();
+    out.sort_by(|a, b| a.path.cmp(&b.path));
     out
 }
 

@@ -65,13 +65,19 @@ impl Widget for &App {
                     Some(r) => r
                         .iter()
                         .enumerate()
-                        .map(|(i, name)| {
+                        .map(|(i, r)| {
                             let st = if i == *cursor { Style::new().bg(Color::DarkGray) } else { Style::new() };
-                            Line::styled(name.clone(), st)
+                            let mut spans = vec![Span::styled(r.path.clone(), st)];
+                            if r.no_gpu_here {
+                                spans.push(Span::styled("  needs CUDA: no NVIDIA driver here", fmt::dim()));
+                            }
+                            Line::from(spans)
                         })
                         .collect(),
                 };
-                popup(" launch a recipe ", lines, "enter launch · esc cancel", body, buf);
+                let keys =
+                    format!("enter launch · {} add k=v overrides · esc cancel", self.keymap.hint(Action::Command));
+                popup(" launch a recipe ", lines, &keys, body, buf);
             }
             None => {}
         }
@@ -114,22 +120,29 @@ impl App {
             Screen::Run => match &self.run.model {
                 None => spans.push(Span::raw(format!("opening {}…", self.run.query))),
                 Some(m) => {
+                    // (spans, priority): when narrow, the name, status and id stay longest.
                     let r = &m.state.record;
-                    spans.push(Span::styled(r.name.clone(), bold));
-                    spans.push(Span::raw(" "));
-                    spans.push(Span::styled(r.status.name(), fmt::status_style(r.status)));
-                    spans.push(Span::raw(format!(" · step {}/{} · {} ranks", r.step, r.steps_planned, m.world())));
-                    spans.extend(ckpts::lineage_spans(r));
-                    spans.extend(gpu::mfu_spans(m));
+                    let mut parts: Vec<(Vec<Span>, u8)> = vec![
+                        (vec![Span::styled(r.name.clone(), bold)], 0),
+                        (vec![Span::raw(" "), Span::styled(r.status.name(), fmt::status_style(r.status))], 0),
+                        (vec![Span::raw(format!(" · step {}/{}", r.step, r.steps_planned))], 2),
+                        (vec![Span::raw(format!(" · {} ranks", m.world()))], 6),
+                        (ckpts::lineage_spans(r), 4),
+                        (gpu::mfu_spans(m), 3),
+                    ];
                     if let (true, Some(t)) = (m.is_live(), m.last_data_ms) {
                         let age = self.now_ms().saturating_sub(t);
                         let st = if age > STALE_MS { Style::new().fg(Color::Yellow) } else { fmt::dim() };
-                        spans.push(Span::styled(format!(" · data {} ago", fmt::duration_ms(age)), st));
+                        parts.push((vec![Span::styled(format!(" · data {} ago", fmt::duration_ms(age)), st)], 5));
                     }
                     let layout = self.run_layouts().get(self.run.layout).map(|l| l.name.clone()).unwrap_or_default();
                     let pinned = if self.layout_pin.is_some() { " (pinned)" } else { "" };
-                    spans.push(Span::styled(format!(" · layout {layout}{pinned}"), fmt::dim()));
-                    spans.push(Span::styled(format!(" · {}", r.id), fmt::dim()));
+                    parts.push((vec![Span::styled(format!(" · layout {layout}{pinned}"), fmt::dim())], 7));
+                    parts.push((vec![Span::styled(format!(" · {}", r.id), fmt::dim())], 1));
+                    let used: usize = spans.iter().map(|s| s.width()).sum();
+                    let room = (area.width as usize).saturating_sub(used);
+                    let width = |p: &Vec<Span>| p.iter().map(|s| s.width()).sum::<usize>();
+                    spans.extend(fmt::fit_parts(parts, room, width).into_iter().flatten());
                 }
             },
         }
@@ -195,7 +208,15 @@ impl App {
                 (k(Action::Back), "back"),
             ],
         };
-        pairs.iter().map(|(key, what)| format!("{key} {what}")).collect::<Vec<_>>().join(" · ")
+        // When narrow, the help key and the way out (the last pair) stay; the middle goes first.
+        let last = pairs.len().saturating_sub(1);
+        let parts: Vec<(String, u8)> = pairs
+            .iter()
+            .enumerate()
+            .map(|(i, (key, what))| (format!("{key} {what}"), if i == 0 || i == last { 0 } else { i as u8 }))
+            .collect();
+        let width = self.area.width as usize;
+        fmt::fit_parts(parts, width, |p: &String| p.chars().count() + 3).join(" · ")
     }
 
     fn panels(&self, buf: &mut Buffer) {

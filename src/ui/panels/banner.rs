@@ -45,27 +45,30 @@ fn held_ms(m: &RunModel, v: &Verdict, live: bool, now_ms: u64) -> u64 {
     until.max(v.detected_ms).saturating_sub(v.since_ms)
 }
 
-/// The one-line banner text.
-pub fn banner_text(m: &RunModel, shown: Shown<'_>, now_ms: u64) -> String {
+/// The one-line banner text in `width` cells: what, how long and who stay longest; the
+/// collective, then the waiting ranks, go first when narrow.
+pub fn banner_text(m: &RunModel, shown: Shown<'_>, now_ms: u64, width: usize) -> String {
     let v = shown.verdict;
     let head = match (v.kind.is_hang(), shown.live) {
         (true, true) => "HANG",
         (true, false) => "LAST HANG",
         (false, _) => "SLOW",
     };
-    let mut parts = vec![format!("{head} {}", v.kind.name()), culprits_text(v, m.world())];
-    parts.extend(collective_text(v));
     let held = fmt::duration_ms(held_ms(m, v, shown.live, now_ms));
-    parts.push(if shown.live { format!("for {held}") } else { format!("lasted {held}") });
+    let mut parts = vec![(format!("{head} {}", v.kind.name()), 0), (culprits_text(v, m.world()), 2)];
+    parts.extend(collective_text(v).map(|c| (c, 4)));
+    parts.push((if shown.live { format!("for {held}") } else { format!("lasted {held}") }, 1));
     if !v.waiting.is_empty() {
         let w: Vec<String> = v.waiting.iter().map(u32::to_string).collect();
-        parts.push(format!("waiting: {}", w.join(",")));
+        parts.push((format!("waiting: {}", w.join(",")), 3));
     }
-    format!(" {} ", parts.join(" · "))
+    // Each part is followed by " · " (3 cells), and the line has a space at each end.
+    let kept = fmt::fit_parts(parts, width.saturating_sub(2), |p: &String| p.chars().count() + 3);
+    fmt::truncate(&format!(" {} ", kept.join(" · ")), width)
 }
 
 pub fn render_banner(m: &RunModel, shown: Shown<'_>, now_ms: u64, area: Rect, buf: &mut Buffer) {
-    let text = fmt::truncate(&banner_text(m, shown, now_ms), area.width as usize);
+    let text = banner_text(m, shown, now_ms, area.width as usize);
     let st = style(shown.verdict.kind);
     buf.set_style(area, st);
     Paragraph::new(Line::styled(text, st)).render(area, buf);

@@ -85,7 +85,8 @@ pub fn render(model: Option<&RunModel>, view: &EventsView, focused: bool, area: 
         .range(from..end)
         .map(|e| {
             let t = format!("+{:<6}", fmt::duration_ms(e.t_ms.saturating_sub(start_ms)));
-            Line::from(vec![Span::styled(t, fmt::dim()), Span::raw(" "), Span::styled(e.text.clone(), style(e.kind))])
+            let spans = vec![Span::styled(t, fmt::dim()), Span::raw(" "), Span::styled(e.text.clone(), style(e.kind))];
+            fmt::cut_spans(spans, inner.width as usize)
         })
         .collect();
     Paragraph::new(lines).render(inner, buf);

@@ -119,7 +119,7 @@ pub fn render(model: Option<&RunModel>, focused: bool, area: Rect, buf: &mut Buf
 /// known peak.
 pub fn mfu(m: &RunModel) -> Option<f64> {
     let gpu = m.gpus.values().next()?;
-    let peak = crate::mfu::peak_tflops(None, &gpu.name)?;
+    let peak = crate::mfu::peak_tflops(crate::mfu::configured_peak_tflops(), &gpu.name)?;
     let tokens = m.metrics.get("tokens")?.cross.last()?.mean();
     let step_ms = m.metrics.get("step_time_ms")?.cross.last()?.mean();
     if tokens <= 0.0 || step_ms <= 0.0 {

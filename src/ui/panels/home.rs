@@ -152,7 +152,11 @@ impl HomeView {
             extra.push_str(&format!(" · filter {:?}", self.filter));
         }
         if !self.marked.is_empty() {
-            extra.push_str(&format!(" · {} marked", self.marked.len()));
+            let hidden = self.marked.iter().filter(|id| !runs.iter().any(|r| &r.id == *id)).count();
+            extra.push_str(&format!(" · {} marked", self.marked.len() - hidden));
+            if hidden > 0 {
+                extra.push_str(&format!(" ({hidden} more hidden by the filter: c leaves them out)"));
+            }
         }
         let block = fmt::panel_block(fmt::title("runs", extra), true);
         let inner = block.inner(area);

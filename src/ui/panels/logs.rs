@@ -115,7 +115,7 @@ pub fn render(model: Option<&RunModel>, view: &LogsView, focused: bool, area: Re
             } else {
                 Span::styled(l.line.clone(), Style::new().add_modifier(Modifier::BOLD))
             };
-            Line::from(vec![tag, body])
+            fmt::cut_spans(vec![tag, body], inner.width as usize)
         })
         .collect();
     Paragraph::new(text).render(inner, buf);
