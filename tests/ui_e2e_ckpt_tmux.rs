@@ -70,14 +70,16 @@ fn cockpit_resumes_a_finished_run_from_a_picked_checkpoint() {
     });
     assert!(s.contains(&parent), "the header names the run: {s}");
 
-    // The newest checkpoint is the last step: the overlay warns, the server refuses, and its
-    // message stays on screen.
+    // The newest checkpoint is the last step: the overlay says it cannot resume and why, and
+    // `y` closes it with the refusal in the status line, sending nothing.
     tmux.key("R");
-    tmux.wait_for("the confirmation for step 40", |s| s.contains("40 (selected)") && s.contains("remains"));
+    tmux.wait_for("the confirmation for step 40", |s| {
+        s.contains("40 (selected)") && s.contains("remains") && s.contains("esc close")
+    });
     tmux.key("y");
-    tmux.wait_for("the server's refusal", |s| s.contains("resume refused") && s.contains("train.steps"));
-    tmux.key("Escape");
-    tmux.wait_for("the overlay closed", |s| !s.contains("any key: close"));
+    tmux.wait_for("the refusal", |s| {
+        s.contains("refused: checkpoint step 40 is the run's last") && !s.contains("esc close")
+    });
 
     // Two rows down is step 20.
     tmux.key("j");

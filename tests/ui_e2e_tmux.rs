@@ -148,3 +148,48 @@ fn cockpit_launches_a_run_by_keys_and_quitting_leaves_it_running() {
     assert_eq!(runs["runs"][0]["steps"], 30, "{runs}");
     db.finish();
 }
+
+#[test]
+fn the_cockpit_starts_a_killed_server_again_and_follows_the_run_to_its_end() {
+    if !Command::new("tmux").arg("-V").output().is_ok_and(|o| o.status.success()) {
+        common::skipped(file!(), "tmux is not installed (scripts/install-deps.sh installs it)");
+        return;
+    }
+    let db = Db::new();
+    let config = tempfile::tempdir().expect("tempdir");
+    let tmux = Tmux { socket: format!("fd-e2e-re-{}", std::process::id()) };
+    let shell = format!(
+        "env FLIGHTDECK_CONFIG={} FLIGHTDECK_SERVER_IDLE_MS=300 {} --db {}; echo COCKPIT-EXIT=$?; sleep 600",
+        config.path().display(),
+        bin().display(),
+        db.path().display()
+    );
+    let repo = repo();
+    let dir = repo.to_str().expect("utf-8 path");
+    let started = tmux.cmd(&["new-session", "-d", "-s", "cockpit", "-x", "100", "-y", "30", "-c", dir, &shell]);
+    assert!(started.status.success(), "tmux: {}", String::from_utf8_lossy(&started.stderr));
+    tmux.wait_for("the Home screen", |s| s.contains("no runs yet"));
+    tmux.type_text(":run recipes/tiny-gpt.toml train.steps=60 cluster.ranks_per_node=2");
+    tmux.key("Enter");
+    tmux.wait_for("both ranks at step >= 3", |s| {
+        let steps = rank_steps(s);
+        steps.len() == 2 && steps.iter().all(|&(_, step)| step >= 3)
+    });
+    let pid: i32 = std::fs::read_to_string(db.path().join("server.lock"))
+        .expect("the server's lock file")
+        .trim()
+        .parse()
+        .expect("server pid in lock file");
+    // SAFETY: signalling the server this test's cockpit started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    tmux.wait_for("the cockpit to reconnect", |s| s.contains("reconnected to the server"));
+    let s = tmux.wait_for("the run's end, followed through the new server", |s| {
+        s.lines().next().is_some_and(|h| h.contains("succeeded"))
+    });
+    assert!(s.lines().next().is_some_and(|h| h.contains("step 60/60")), "{s}");
+    tmux.key("q");
+    tmux.key("q");
+    tmux.wait_for("the cockpit's exit", |s| s.contains("COCKPIT-EXIT=0"));
+    drop(tmux);
+    db.finish();
+}

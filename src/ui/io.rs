@@ -68,51 +68,114 @@ impl Drop for ServerLink {
     }
 }
 
+/// Reconnections in a row, with no snapshot or progress between them, before the cockpit gives
+/// up on a server that keeps dying.
+const RECONNECTS: u32 = 3;
+
+/// How a watch of the server ended.
+enum Watch {
+    /// The run ended or the cockpit quit: nothing more to do.
+    Done,
+    /// The connection broke (the server died): why.
+    Lost(String),
+}
+
 /// Streams one run: its snapshot, then frames until it ends. A full event channel makes this
-/// task wait, the server's broadcast then lags, and the app reloads: memory stays bounded.
+/// task wait, the server's broadcast then lags, and the app reloads: memory stays bounded. A
+/// server that goes away is started again (as any client starts it) and the run reopened: its
+/// new snapshot replaces the old one, so nothing is missed; the status line says so.
 async fn stream(db: &DbPaths, run: &str, tx: &mpsc::Sender<DataEvent>) -> anyhow::Result<()> {
+    let mut tries = 0;
+    loop {
+        let why = match stream_once(db, run, tx, &mut tries).await? {
+            Watch::Done => return Ok(()),
+            Watch::Lost(why) if tries < RECONNECTS => why,
+            Watch::Lost(why) => anyhow::bail!("lost the server while watching run {run} ({why})"),
+        };
+        tries += 1;
+        let _ = tx.send(DataEvent::Done(format!("lost the server ({why}); starting it again…"))).await;
+    }
+}
+
+/// One connection's worth of `stream`; `tries` > 0: a reconnection, said (and the count reset)
+/// once the run reopens.
+async fn stream_once(db: &DbPaths, run: &str, tx: &mpsc::Sender<DataEvent>, tries: &mut u32) -> anyhow::Result<Watch> {
     let mut c = Client::connect(db).await?;
-    c.send(&Request::Open { run: run.to_string() }).await?;
+    if let Err(e) = c.send(&Request::Open { run: run.to_string() }).await {
+        return Ok(Watch::Lost(format!("{e:#}")));
+    }
     let mut opened = false;
-    while let Some(reply) = c.next().await? {
+    loop {
+        let reply = match c.next().await {
+            Ok(Some(reply)) => reply,
+            Ok(None) => return Ok(Watch::Lost("it closed the connection".into())),
+            Err(e) => return Ok(Watch::Lost(format!("{e:#}"))),
+        };
         let ev = match reply {
             Reply::Error { message } if !opened => DataEvent::OpenFailed { run: run.to_string(), message },
             Reply::Snapshot(s) => {
                 opened = true;
+                if *tries > 0 {
+                    *tries = 0;
+                    let _ = tx.send(DataEvent::Done(format!("reconnected to the server; run {run} reopened"))).await;
+                }
                 DataEvent::Snapshot(s)
             }
             Reply::Frames { run, node, frames } => DataEvent::Frames { run, node, frames },
             Reply::Lagged { run, skipped } => DataEvent::Lagged { run, skipped },
             Reply::Ended { run, status, reason } => {
                 let _ = tx.send(DataEvent::Ended { run, status, reason }).await;
-                return Ok(());
+                return Ok(Watch::Done);
             }
             Reply::Error { message } => anyhow::bail!("{message}"),
             other => anyhow::bail!("unexpected reply while watching: {other:?}"),
         };
         if tx.send(ev).await.is_err() {
-            return Ok(()); // the cockpit has quit
+            return Ok(Watch::Done); // the cockpit has quit
         }
     }
-    anyhow::bail!("lost the server while watching run {run}")
 }
 
-/// Follows a run's progress (about once a second while it changes) and passes its verdicts on.
+/// Follows a run's progress (about once a second while it changes) and passes its verdicts on;
+/// like `stream`, it reconnects to a server started again.
 async fn follow_verdicts(db: &DbPaths, run: &str, tx: &mpsc::Sender<DataEvent>) -> anyhow::Result<()> {
-    let mut c = Client::connect(db).await?;
-    c.send(&Request::Follow { run: run.to_string() }).await?;
-    while let Some(reply) = c.next().await? {
-        match reply {
-            Reply::Progress(p) => {
-                let ev = DataEvent::Verdicts { run: p.run, verdicts: p.verdicts, incidents: p.incidents };
-                if tx.send(ev).await.is_err() {
-                    return Ok(());
-                }
-            }
-            _ => return Ok(()),
+    let mut tries = 0;
+    while tries <= RECONNECTS {
+        match follow_verdicts_once(db, run, tx, &mut tries).await? {
+            Watch::Done => return Ok(()),
+            Watch::Lost(_) => tries += 1,
         }
     }
     Ok(())
+}
+
+async fn follow_verdicts_once(
+    db: &DbPaths,
+    run: &str,
+    tx: &mpsc::Sender<DataEvent>,
+    tries: &mut u32,
+) -> anyhow::Result<Watch> {
+    let mut c = Client::connect(db).await?;
+    if let Err(e) = c.send(&Request::Follow { run: run.to_string() }).await {
+        return Ok(Watch::Lost(format!("{e:#}")));
+    }
+    loop {
+        let reply = match c.next().await {
+            Ok(Some(reply)) => reply,
+            Ok(None) => return Ok(Watch::Lost("it closed the connection".into())),
+            Err(e) => return Ok(Watch::Lost(format!("{e:#}"))),
+        };
+        match reply {
+            Reply::Progress(p) => {
+                *tries = 0;
+                let ev = DataEvent::Verdicts { run: p.run, verdicts: p.verdicts, incidents: p.incidents };
+                if tx.send(ev).await.is_err() {
+                    return Ok(Watch::Done);
+                }
+            }
+            _ => return Ok(Watch::Done),
+        }
+    }
 }
 
 async fn request(db: &DbPaths, req: Request) -> anyhow::Result<Reply> {

@@ -46,7 +46,7 @@ fn held_ms(m: &RunModel, v: &Verdict, live: bool, now_ms: u64) -> u64 {
 }
 
 /// The one-line banner text in `width` cells: what, how long and who stay longest; the
-/// collective, then the waiting ranks, go first when narrow.
+/// waiting ranks, then the collective, go first when narrow.
 pub fn banner_text(m: &RunModel, shown: Shown<'_>, now_ms: u64, width: usize) -> String {
     let v = shown.verdict;
     let head = match (v.kind.is_hang(), shown.live) {
@@ -56,11 +56,11 @@ pub fn banner_text(m: &RunModel, shown: Shown<'_>, now_ms: u64, width: usize) ->
     };
     let held = fmt::duration_ms(held_ms(m, v, shown.live, now_ms));
     let mut parts = vec![(format!("{head} {}", v.kind.name()), 0), (culprits_text(v, m.world()), 2)];
-    parts.extend(collective_text(v).map(|c| (c, 4)));
+    parts.extend(collective_text(v).map(|c| (c, 3)));
     parts.push((if shown.live { format!("for {held}") } else { format!("lasted {held}") }, 1));
     if !v.waiting.is_empty() {
         let w: Vec<String> = v.waiting.iter().map(u32::to_string).collect();
-        parts.push((format!("waiting: {}", w.join(",")), 3));
+        parts.push((format!("waiting: {}", w.join(",")), 4));
     }
     // Each part is followed by " · " (3 cells), and the line has a space at each end.
     let kept = fmt::fit_parts(parts, width.saturating_sub(2), |p: &String| p.chars().count() + 3);
