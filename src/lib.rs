@@ -26,6 +26,7 @@ pub mod fold;
 pub mod ids;
 pub mod mfu;
 pub mod paths;
+pub mod private_files;
 pub mod protocol;
 pub mod recipe;
 pub mod record;

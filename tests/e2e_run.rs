@@ -388,3 +388,126 @@ fn a_command_rank_gets_the_flight_recorder_and_faulthandler_env_unless_the_recip
     assert!(!env.contains("TORCH_FR_") && !env.contains("PYTHONFAULTHANDLER"), "observe = false sets none:\n{env}");
     db.finish();
 }
+
+/// Every path under `root` that others (group or world) may read, write or enter.
+fn open_to_others(root: &std::path::Path) -> Vec<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut open = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let Ok(meta) = std::fs::symlink_metadata(e.path()) else { continue };
+            if meta.file_type().is_symlink() {
+                continue;
+            }
+            let mode = meta.permissions().mode() & 0o777;
+            if mode & 0o077 != 0 {
+                open.push(format!("{:03o} {}", mode, e.path().display()));
+            }
+            if meta.is_dir() {
+                stack.push(e.path());
+            }
+        }
+    }
+    open
+}
+
+#[test]
+fn everything_a_run_writes_is_owner_only_whatever_the_umask() {
+    for umask in ["022", "000"] {
+        let db = Db::new();
+        // The database directory is made by flightdeck itself, under the user's umask.
+        let root = db.path().join("db");
+        let recipe = recipe(TINY);
+        let line = format!(
+            "umask {umask}; exec {} --db {} run {} --headless --ranks-per-node 2 --set train.steps=4 --set train.warmup=1 --set checkpoint.every=2",
+            bin().display(),
+            root.display(),
+            recipe.display()
+        );
+        let out = std::process::Command::new("sh")
+            .args(["-c", &line])
+            .env("FLIGHTDECK_SERVER_IDLE_MS", "300")
+            .output()
+            .expect("sh");
+        assert!(
+            out.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // The server exits soon after its last client: then every file is final.
+        let lock = std::fs::OpenOptions::new().write(true).open(root.join("server.lock")).expect("server.lock");
+        use std::os::fd::AsRawFd;
+        // SAFETY: flock on a descriptor we own; blocks until the server has exited.
+        assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&root).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "the database directory under umask {umask}");
+        let runs = root.join("runs");
+        assert!(std::fs::read_dir(&runs).is_ok_and(|mut d| d.next().is_some()), "a run directory exists");
+        let open = open_to_others(&root);
+        assert!(open.is_empty(), "under umask {umask}, open to others: {open:#?}");
+        // doctor says so when an existing database directory is open to others.
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let doctor = std::process::Command::new(bin()).arg("--db").arg(&root).arg("doctor").output().expect("doctor");
+        let text = String::from_utf8_lossy(&doctor.stdout);
+        assert!(text.contains("open to other users (mode 755)") && text.contains("chmod 700"), "{text}");
+    }
+}
+
+#[test]
+fn a_client_of_another_user_is_refused_even_through_a_socket_left_open() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        skipped(file!(), "making a throwaway user to connect as needs root");
+        return;
+    }
+    let user = format!("fdpeer{}", std::process::id());
+    let made = std::process::Command::new("useradd")
+        .args(["--system", "--no-create-home", "--shell", "/usr/sbin/nologin", &user])
+        .output();
+    if !made.as_ref().is_ok_and(|o| o.status.success()) {
+        skipped(file!(), &format!("useradd {user} failed: {made:?}"));
+        return;
+    }
+    struct Gone(String);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("userdel").arg(&self.0).output();
+        }
+    }
+    let _gone = Gone(user.clone());
+    let db = Db::new();
+    let log = db.path().join("server-stderr.log");
+    let mut server = db
+        .cmd(&["server", "--foreground"])
+        .env("FLIGHTDECK_SERVER_IDLE_MS", "600000")
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("server");
+    // Our own client gets in (and waits for the server to listen).
+    let runs = db.json(&["runs", "--json"]);
+    assert_eq!(runs["runs"], serde_json::json!([]));
+    // The database left open to everyone, as on a badly set up shared filesystem.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(db.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let socket = db.path().join("server.sock");
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o777)).unwrap();
+    // The other user reaches the socket; the server reads its uid and closes on it at once.
+    let probe = format!(
+        "import socket; s = socket.socket(socket.AF_UNIX); s.connect({:?}); print('closed' if s.recv(64) == b'' else 'answered')",
+        socket.display().to_string()
+    );
+    let out = std::process::Command::new("runuser")
+        .args(["-u", &user, "--", "/usr/bin/python3", "-c", &probe])
+        .output()
+        .expect("runuser");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "closed", "{}", String::from_utf8_lossy(&out.stderr));
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(said.contains("refused a client: uid ") && said.contains("is another user"), "{said}");
+    // And our own client still gets in.
+    assert_eq!(db.json(&["runs", "--json"])["runs"], serde_json::json!([]));
+    server.kill().unwrap();
+    server.wait().unwrap();
+}

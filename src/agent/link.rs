@@ -20,7 +20,13 @@ pub async fn serve(
     let mut current: Option<tokio::task::JoinHandle<()>> = None;
     loop {
         let stream = match listener.accept().await {
-            Ok((s, _)) => s,
+            Ok((s, _)) => match crate::private_files::check_peer(&s) {
+                Ok(()) => s,
+                Err(who) => {
+                    tracing::warn!("refused a connection to the agent socket: {who}");
+                    continue;
+                }
+            },
             Err(e) => {
                 tracing::warn!("accept on the agent socket: {e}");
                 continue;

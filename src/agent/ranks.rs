@@ -111,9 +111,15 @@ pub(super) fn prepare(cmd: &mut tokio::process::Command, spec: &AgentSpec, paths
         // A resumed run: every rank restores this checkpoint before its first step.
         cmd.env("FLIGHTDECK_RESUME_FROM", dir);
     }
-    // SAFETY: prctl is async-signal-safe; the closure touches no memory of the parent.
+    // A user's program gets the user's own umask back (a worker keeps flightdeck's 077: its
+    // checkpoints are the run's).
+    let umask = matches!(spec.recipe.kind, Kind::Command).then(crate::private_files::user_umask);
+    // SAFETY: prctl and umask are async-signal-safe; the closure touches no memory of the parent.
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
+            if let Some(mask) = umask {
+                libc::umask(mask);
+            }
             // A rank never outlives its agent: nothing of a run is orphaned if the agent dies.
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                 return Err(std::io::Error::last_os_error());

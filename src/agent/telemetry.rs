@@ -12,9 +12,12 @@ const BAD_FRAME_REPORTS: u64 = 10;
 pub async fn serve(listener: UnixListener, tx: mpsc::Sender<Input>) {
     loop {
         match listener.accept().await {
-            Ok((stream, _)) => {
-                tokio::spawn(connection(stream, tx.clone()));
-            }
+            Ok((stream, _)) => match crate::private_files::check_peer(&stream) {
+                Ok(()) => {
+                    tokio::spawn(connection(stream, tx.clone()));
+                }
+                Err(who) => tracing::warn!("refused a telemetry connection: {who}"),
+            },
             Err(e) => tracing::warn!("accept on the telemetry socket: {e}"),
         }
     }

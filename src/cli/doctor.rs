@@ -100,9 +100,20 @@ fn database(db: &DbPaths) -> Check {
     let probe = db.root.join(".doctor-probe");
     let r = std::fs::create_dir_all(&db.root).and_then(|_| std::fs::write(&probe, b"ok"));
     let _ = std::fs::remove_file(&probe);
-    match r {
-        Ok(()) => Check { name: "database", level: Level::Ok, detail: format!("{} is writable", db.root.display()) },
-        Err(e) => Check { name: "database", level: Level::Fail, detail: format!("{}: {e}", db.root.display()) },
+    let shown = db.root.display();
+    match (r, crate::private_files::open_to_others(&db.root)) {
+        (Ok(()), Some(mode)) => Check {
+            name: "database",
+            level: Level::Warn,
+            detail: format!(
+                "{shown} is writable but open to other users (mode {mode:03o}): its runs, logs and checkpoints \
+                 can be read by them; `chmod 700 {shown}`"
+            ),
+        },
+        (Ok(()), None) => {
+            Check { name: "database", level: Level::Ok, detail: format!("{shown} is writable, owner-only") }
+        }
+        (Err(e), _) => Check { name: "database", level: Level::Fail, detail: format!("{shown}: {e}") },
     }
 }
 

@@ -107,6 +107,8 @@ pub const EXIT_BAD_INPUT: i32 = 2;
 pub const EXIT_STOPPED: i32 = 3;
 
 pub fn main() -> i32 {
+    // Before anything is created or any thread starts: what this process writes is private.
+    crate::private_files::restrict();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {

@@ -140,18 +140,21 @@ async fn serve(db: DbPaths, store: Store) -> anyhow::Result<()> {
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    // A client that comes and goes between two idle checks still counts.
-                    idle_since = tokio::time::Instant::now();
-                    let shared = shared.clone();
-                    shared.clients.fetch_add(1, Ordering::SeqCst);
-                    tokio::spawn(async move {
-                        if let Err(e) = clients::serve(stream, &shared).await {
-                            tracing::info!("client: {e:#}");
-                        }
-                        shared.clients.fetch_sub(1, Ordering::SeqCst);
-                    });
-                }
+                Ok((stream, _)) => match crate::private_files::check_peer(&stream) {
+                    Err(who) => tracing::warn!("refused a client: {who}"),
+                    Ok(()) => {
+                        // A client that comes and goes between two idle checks still counts.
+                        idle_since = tokio::time::Instant::now();
+                        let shared = shared.clone();
+                        shared.clients.fetch_add(1, Ordering::SeqCst);
+                        tokio::spawn(async move {
+                            if let Err(e) = clients::serve(stream, &shared).await {
+                                tracing::info!("client: {e:#}");
+                            }
+                            shared.clients.fetch_sub(1, Ordering::SeqCst);
+                        });
+                    }
+                },
                 Err(e) => tracing::warn!("accept: {e}"),
             },
             _ = idle_check.tick() => {
