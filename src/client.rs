@@ -7,6 +7,10 @@ use std::time::Duration;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::UnixStream;
 
+/// Reconnections in a row, with no progress between them, before a follower (headless or the
+/// cockpit) gives up on a server that keeps dying.
+pub const RECONNECTS: u32 = 3;
+
 pub struct Client {
     rd: OwnedReadHalf,
     wr: OwnedWriteHalf,
@@ -57,6 +61,16 @@ impl Client {
 
     pub async fn send(&mut self, req: &Request) -> anyhow::Result<()> {
         Ok(write_frame_async(&mut self.wr, req).await?)
+    }
+
+    /// The next reply of a streamed request, or why the connection broke (the server died or
+    /// hung up): for followers that reconnect rather than fail.
+    pub async fn next_or_lost(&mut self) -> Result<Reply, String> {
+        match self.next().await {
+            Ok(Some(reply)) => Ok(reply),
+            Ok(None) => Err("it closed the connection".into()),
+            Err(e) => Err(format!("{e:#}")),
+        }
     }
 
     /// The next reply of a streamed request; None when the server hung up.

@@ -5,7 +5,7 @@
 mod common;
 
 use common::tmux::{self, Tmux};
-use common::{bin, recipe, repo, Db};
+use common::{recipe, repo, Db};
 use std::time::Duration;
 
 /// Everything waited for on screen must happen within this (a loaded 2-core box starts and
@@ -54,12 +54,7 @@ fn cockpit_resumes_a_finished_run_from_a_picked_checkpoint() {
     db.wait_server_exit();
 
     let config = tempfile::tempdir().expect("tempdir");
-    let shell = format!(
-        "env FLIGHTDECK_CONFIG={} FLIGHTDECK_SERVER_IDLE_MS=300 {} --db {}; echo COCKPIT-EXIT=$?; sleep 600",
-        config.path().display(),
-        bin().display(),
-        db.path().display()
-    );
+    let shell = tmux::cockpit_shell(config.path(), db.path());
     let repo = repo();
     let tmux = Tmux::start("e2e-ckpt", (100, 30), &repo, &shell, DEADLINE);
     tmux.wait_for("Home with the parent run", |s| s.contains("runs 1 of 1") && s.contains("succeeded"));

@@ -151,23 +151,14 @@ fn cockpit_launches_a_run_by_keys_and_quitting_leaves_it_running() {
 
 #[test]
 fn the_cockpit_starts_a_killed_server_again_and_follows_the_run_to_its_end() {
-    if !Command::new("tmux").arg("-V").output().is_ok_and(|o| o.status.success()) {
+    if !common::tmux::installed() {
         common::skipped(file!(), "tmux is not installed (scripts/install-deps.sh installs it)");
         return;
     }
     let db = Db::new();
     let config = tempfile::tempdir().expect("tempdir");
-    let tmux = Tmux { socket: format!("fd-e2e-re-{}", std::process::id()) };
-    let shell = format!(
-        "env FLIGHTDECK_CONFIG={} FLIGHTDECK_SERVER_IDLE_MS=300 {} --db {}; echo COCKPIT-EXIT=$?; sleep 600",
-        config.path().display(),
-        bin().display(),
-        db.path().display()
-    );
-    let repo = repo();
-    let dir = repo.to_str().expect("utf-8 path");
-    let started = tmux.cmd(&["new-session", "-d", "-s", "cockpit", "-x", "100", "-y", "30", "-c", dir, &shell]);
-    assert!(started.status.success(), "tmux: {}", String::from_utf8_lossy(&started.stderr));
+    let shell = common::tmux::cockpit_shell(config.path(), db.path());
+    let tmux = common::tmux::Tmux::start("e2e-re", (100, 30), &repo(), &shell, DEADLINE);
     tmux.wait_for("the Home screen", |s| s.contains("no runs yet"));
     tmux.type_text(":run recipes/tiny-gpt.toml train.steps=60 cluster.ranks_per_node=2");
     tmux.key("Enter");

@@ -109,7 +109,7 @@ pub async fn follow(db: &DbPaths, mut client: Client, run: &crate::ids::RunId) -
             Followed::Lost(e) => e,
         };
         tries += 1;
-        if tries > RECONNECTS {
+        if tries > crate::client::RECONNECTS {
             anyhow::bail!("lost the server while following run {run} ({lost}); it goes on: `flightdeck show {run}`");
         }
         println!("run {run}: lost the server ({lost}); starting it again");
@@ -117,9 +117,6 @@ pub async fn follow(db: &DbPaths, mut client: Client, run: &crate::ids::RunId) -
         println!("run {run}: reconnected to the server; following on");
     }
 }
-
-/// Reconnections in a row, with no progress between them, before a follower gives up.
-const RECONNECTS: u32 = 3;
 
 enum Followed {
     /// The run ended: the exit code.
@@ -138,10 +135,9 @@ async fn follow_once(
         return Ok(Followed::Lost(format!("{e:#}")));
     }
     loop {
-        let reply = match client.next().await {
-            Ok(Some(reply)) => reply,
-            Ok(None) => return Ok(Followed::Lost("it closed the connection".into())),
-            Err(e) => return Ok(Followed::Lost(format!("{e:#}"))),
+        let reply = match client.next_or_lost().await {
+            Ok(reply) => reply,
+            Err(why) => return Ok(Followed::Lost(why)),
         };
         match reply {
             Reply::Progress(p) => {

@@ -68,10 +68,6 @@ impl Drop for ServerLink {
     }
 }
 
-/// Reconnections in a row, with no snapshot or progress between them, before the cockpit gives
-/// up on a server that keeps dying.
-const RECONNECTS: u32 = 3;
-
 /// How a watch of the server ended.
 enum Watch {
     /// The run ended or the cockpit quit: nothing more to do.
@@ -89,7 +85,7 @@ async fn stream(db: &DbPaths, run: &str, tx: &mpsc::Sender<DataEvent>) -> anyhow
     loop {
         let why = match stream_once(db, run, tx, &mut tries).await? {
             Watch::Done => return Ok(()),
-            Watch::Lost(why) if tries < RECONNECTS => why,
+            Watch::Lost(why) if tries < crate::client::RECONNECTS => why,
             Watch::Lost(why) => anyhow::bail!("lost the server while watching run {run} ({why})"),
         };
         tries += 1;
@@ -106,10 +102,9 @@ async fn stream_once(db: &DbPaths, run: &str, tx: &mpsc::Sender<DataEvent>, trie
     }
     let mut opened = false;
     loop {
-        let reply = match c.next().await {
-            Ok(Some(reply)) => reply,
-            Ok(None) => return Ok(Watch::Lost("it closed the connection".into())),
-            Err(e) => return Ok(Watch::Lost(format!("{e:#}"))),
+        let reply = match c.next_or_lost().await {
+            Ok(reply) => reply,
+            Err(why) => return Ok(Watch::Lost(why)),
         };
         let ev = match reply {
             Reply::Error { message } if !opened => DataEvent::OpenFailed { run: run.to_string(), message },
@@ -140,7 +135,7 @@ async fn stream_once(db: &DbPaths, run: &str, tx: &mpsc::Sender<DataEvent>, trie
 /// like `stream`, it reconnects to a server started again.
 async fn follow_verdicts(db: &DbPaths, run: &str, tx: &mpsc::Sender<DataEvent>) -> anyhow::Result<()> {
     let mut tries = 0;
-    while tries <= RECONNECTS {
+    while tries <= crate::client::RECONNECTS {
         match follow_verdicts_once(db, run, tx, &mut tries).await? {
             Watch::Done => return Ok(()),
             Watch::Lost(_) => tries += 1,
@@ -160,10 +155,9 @@ async fn follow_verdicts_once(
         return Ok(Watch::Lost(format!("{e:#}")));
     }
     loop {
-        let reply = match c.next().await {
-            Ok(Some(reply)) => reply,
-            Ok(None) => return Ok(Watch::Lost("it closed the connection".into())),
-            Err(e) => return Ok(Watch::Lost(format!("{e:#}"))),
+        let reply = match c.next_or_lost().await {
+            Ok(reply) => reply,
+            Err(why) => return Ok(Watch::Lost(why)),
         };
         match reply {
             Reply::Progress(p) => {

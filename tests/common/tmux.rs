@@ -3,6 +3,17 @@
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+/// The shell line a tmux session runs: the cockpit on `db` with its own config directory, then
+/// its exit code on screen (`COCKPIT-EXIT=N`), and the pane kept open to read it.
+pub fn cockpit_shell(config: &std::path::Path, db: &std::path::Path) -> String {
+    format!(
+        "env FLIGHTDECK_CONFIG={} FLIGHTDECK_SERVER_IDLE_MS=300 {} --db {}; echo COCKPIT-EXIT=$?; sleep 600",
+        config.display(),
+        super::bin().display(),
+        db.display()
+    )
+}
+
 pub fn installed() -> bool {
     Command::new("tmux").arg("-V").output().is_ok_and(|o| o.status.success())
 }
