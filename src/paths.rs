@@ -58,6 +58,11 @@ impl RunDirPaths {
     pub fn spec(&self) -> PathBuf {
         self.root.join("spec.json")
     }
+    /// The run's secret for the ranks (`collective::auth`), 0600.
+    pub fn secret(&self) -> PathBuf {
+        self.root.join("run.secret")
+    }
+
     pub fn recipe(&self) -> PathBuf {
         self.root.join("recipe.json")
     }

@@ -27,11 +27,12 @@ pub fn main(sizes: &[u64], iters: (u64, u64), budget_bytes: u64) -> anyhow::Resu
     let (rank, world) = (env_u32("RANK")?, env_u32("WORLD_SIZE")?);
     let host = std::env::var("MASTER_ADDR").context("environment variable MASTER_ADDR is not set")?;
     let addr = format!("{host}:{}", env_u32("MASTER_PORT")?);
+    let gate = crate::roles::gate_from_env()?;
     if rank == 0 {
-        StoreServer::bind(&addr).with_context(|| format!("rank 0: hosting the store at {addr}"))?.spawn();
+        StoreServer::bind(&addr, gate.clone()).with_context(|| format!("rank 0: hosting the store at {addr}"))?.spawn();
     }
-    let mut store = StoreClient::connect(&addr, JOIN_TIMEOUT)?;
-    let mut ring = Ring::connect(&mut store, Rank(rank), world, "127.0.0.1", JOIN_TIMEOUT)?;
+    let mut store = StoreClient::connect(&addr, &gate, JOIN_TIMEOUT)?;
+    let mut ring = Ring::connect(&mut store, Rank(rank), world, "127.0.0.1", JOIN_TIMEOUT, &gate)?;
 
     // One checked sum first: a benchmark of a wrong answer is worth nothing.
     let mut probe = vec![(rank + 1) as f32; 1000];

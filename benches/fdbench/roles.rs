@@ -1,5 +1,6 @@
 //! Small roles for the drivers: the recipe as JSON, a rendezvous store host, arith sequences.
 use anyhow::Context;
+use flightdeck::collective::auth::{Gate, RunSecret, SECRET_FILE_ENV};
 use flightdeck::collective::rendezvous::StoreServer;
 use std::io::{Read, Write};
 
@@ -25,7 +26,7 @@ pub fn recipe(args: &[String]) -> anyhow::Result<()> {
 /// `store-host`: the rendezvous store the agent would host for a worker run, on a free port.
 /// Serves until its stdin closes, so the driver ends it by dropping the pipe.
 pub fn store_host() -> anyhow::Result<()> {
-    let server = StoreServer::bind("127.0.0.1:0").context("binding the rendezvous store")?;
+    let server = StoreServer::bind("127.0.0.1:0", gate_from_env()?).context("binding the rendezvous store")?;
     let port = server.local_addr().port();
     let _serving = server.spawn();
     println!("{{\"port\": {port}}}");
@@ -33,6 +34,18 @@ pub fn store_host() -> anyhow::Result<()> {
     let mut sink = Vec::new();
     std::io::stdin().read_to_end(&mut sink)?;
     Ok(())
+}
+
+/// The run's gate as a rank would build it: the secret in `FLIGHTDECK_RUN_SECRET_FILE`, or
+/// none (as a rank run by hand) when that is unset.
+pub fn gate_from_env() -> anyhow::Result<Gate> {
+    match std::env::var_os(SECRET_FILE_ENV) {
+        None => Ok(Gate::open()),
+        Some(path) => {
+            let secret = RunSecret::read_file(path.as_ref()).map_err(anyhow::Error::msg)?;
+            Ok(Gate::new(secret, std::sync::Arc::new(|r| eprintln!("refused: {r:?}"))))
+        }
+    }
 }
 
 /// `arith SEED FIRST COUNT LEN`: sequences FIRST..FIRST+COUNT, one JSON array per line.

@@ -19,6 +19,7 @@ mod telemetry;
 mod telemetry_json;
 mod torchrun;
 
+use crate::collective::auth::Gate;
 use crate::ids::Rank;
 use crate::paths::RunDirPaths;
 use crate::protocol::AgentEvent;
@@ -51,8 +52,19 @@ pub fn main(run_dir: PathBuf) -> anyhow::Result<()> {
 }
 
 async fn run(mut spec: AgentSpec, paths: RunDirPaths) -> anyhow::Result<()> {
+    let (tx, rx) = mpsc::channel::<Input>(INPUT_CAPACITY);
+    // The ranks read the secret from here (FLIGHTDECK_RUN_SECRET_FILE), never from a variable.
+    spec.secret.write_file(&paths.secret()).with_context(|| format!("writing {}", paths.secret().display()))?;
     if spec.host_store {
-        let store = crate::collective::rendezvous::StoreServer::bind(&format!("{}:0", spec.master_addr))
+        let refused = tx.clone();
+        let gate = Gate::new(
+            spec.secret.clone(),
+            // From the store's own threads, never the runtime's: blocking_send is allowed there.
+            Arc::new(move |refusal| {
+                let _ = refused.blocking_send(Input::Event(AgentEvent::Refused(refusal)));
+            }),
+        );
+        let store = crate::collective::rendezvous::StoreServer::bind(&format!("{}:0", spec.master_addr), gate)
             .context("binding the rendezvous store")?;
         spec.master_port = store.local_addr().port();
         store.spawn();
@@ -67,7 +79,6 @@ async fn run(mut spec: AgentSpec, paths: RunDirPaths) -> anyhow::Result<()> {
     let agent_listener = bind_fresh(&paths.agent_socket())?;
     let telemetry_listener = bind_fresh(&paths.telemetry_socket())?;
 
-    let (tx, rx) = mpsc::channel::<Input>(INPUT_CAPACITY);
     let (outbox, notify) = Outbox::shared();
     let acked = Arc::new(tokio::sync::Notify::new());
     tokio::spawn(link::serve(

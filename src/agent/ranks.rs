@@ -107,6 +107,11 @@ pub(super) fn prepare(cmd: &mut tokio::process::Command, spec: &AgentSpec, paths
             cmd.env(key, value);
         }
     }
+    if !matches!(spec.recipe.kind, Kind::Command) {
+        // The run's secret, for the store's and the ring's handshakes; a user's program has no
+        // use for it, so it is not told where it is.
+        cmd.env(crate::collective::auth::SECRET_FILE_ENV, paths.secret());
+    }
     if let Some(dir) = &spec.resume_from {
         // A resumed run: every rank restores this checkpoint before its first step.
         cmd.env("FLIGHTDECK_RESUME_FROM", dir);

@@ -217,6 +217,7 @@ impl Analyzer {
             | AgentEvent::Notice { .. }
             | AgentEvent::BadFrame { .. }
             | AgentEvent::Heartbeat
+            | AgentEvent::Refused(_)
             | AgentEvent::StackDump { .. } => {}
         }
         out
@@ -309,6 +310,8 @@ impl Analyzer {
                 }
             }
             RankMsg::Finished { .. } => r.finished = true,
+            // Someone else knocking on the rank's port says nothing about the rank's progress.
+            RankMsg::Refused(_) => return Vec::new(),
             // A finished save is work done: it counts as progress below.
             RankMsg::CheckpointSaved(_) | RankMsg::CheckpointFailed { .. } => {}
         }

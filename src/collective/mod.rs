@@ -2,6 +2,7 @@
 //!
 //! Every collective goes through the flight recorder (`recorder`), which gives it a sequence
 //! number and a record that is streamed to the agent, so a hang can be placed exactly.
+pub mod auth;
 pub mod nccl;
 pub mod recorder;
 pub mod rendezvous;

@@ -323,10 +323,12 @@ mod tests {
             println!("skipped: libcuda loads here, so the missing-driver path cannot be seen");
             return;
         }
-        let server = super::super::rendezvous::StoreServer::bind("127.0.0.1:0").unwrap();
+        let server =
+            super::super::rendezvous::StoreServer::bind("127.0.0.1:0", crate::collective::auth::Gate::open()).unwrap();
         let addr = server.local_addr().to_string();
         server.spawn();
-        let mut store = StoreClient::connect(&addr, Duration::from_secs(5)).unwrap();
+        let mut store =
+            StoreClient::connect(&addr, &crate::collective::auth::Gate::open(), Duration::from_secs(5)).unwrap();
         let err = match Nccl::connect(&mut store, Rank(0), 1, 0, Duration::from_secs(1)) {
             Ok(_) => panic!("connected without a driver"),
             Err(e) => e.to_string(),

@@ -5,6 +5,10 @@
 //! bytes (set), a wait in milliseconds as u64 (get), or a delta as i64 (add);
 //! reply `[body_len u32][status u8][payload]`, status 0 ok (payload: the value for get, the new
 //! count as i64 for add), 1 timed out (get), 2 refused (payload: a utf-8 reason).
+//!
+//! Before its first request every connection passes the run's handshake (`auth`, purpose
+//! `store`); one that fails it is closed, counted and reported through the run's `Gate`.
+use super::auth::{Gate, Purpose};
 use super::CollectiveError;
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -23,6 +27,9 @@ const REPLY_TIMEOUT: Duration = Duration::from_secs(60);
 const GET_GRACE: Duration = Duration::from_secs(5);
 /// Between connection attempts while the store is not listening yet.
 const CONNECT_RETRY: Duration = Duration::from_millis(50);
+/// How long either side waits for the other's next handshake message: a peer that connects
+/// and says nothing holds one connection thread this long, never the store.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 const OP_SET: u8 = 1;
 const OP_GET: u8 = 2;
@@ -57,12 +64,14 @@ impl Shared {
 pub struct StoreServer {
     listener: TcpListener,
     shared: Arc<Shared>,
+    gate: Gate,
 }
 
 impl StoreServer {
-    /// Listens on `addr` (`"127.0.0.1:0"` picks a free port; see `local_addr`).
-    pub fn bind(addr: &str) -> io::Result<StoreServer> {
-        Ok(StoreServer { listener: TcpListener::bind(addr)?, shared: Arc::default() })
+    /// Listens on `addr` (`"127.0.0.1:0"` picks a free port; see `local_addr`), taking only
+    /// clients that pass `gate`.
+    pub fn bind(addr: &str, gate: Gate) -> io::Result<StoreServer> {
+        Ok(StoreServer { listener: TcpListener::bind(addr)?, shared: Arc::default(), gate })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -88,8 +97,10 @@ impl StoreServer {
                 }
             };
             let shared = Arc::clone(&self.shared);
-            let spawned =
-                std::thread::Builder::new().name("store-conn".into()).spawn(move || serve_connection(stream, &shared));
+            let gate = self.gate.clone();
+            let spawned = std::thread::Builder::new()
+                .name("store-conn".into())
+                .spawn(move || serve_connection(stream, &shared, &gate));
             if let Err(e) = spawned {
                 tracing::warn!("store: cannot start a connection thread: {e}");
             }
@@ -97,10 +108,19 @@ impl StoreServer {
     }
 }
 
-fn serve_connection(mut stream: TcpStream, shared: &Shared) {
+fn serve_connection(mut stream: TcpStream, shared: &Shared, gate: &Gate) {
     let peer = stream.peer_addr().map_or_else(|_| "unknown peer".to_string(), |a| a.to_string());
     // Replies are one small frame each; Nagle would add a delay to every rendezvous round trip.
     let _ = stream.set_nodelay(true);
+    let admitted = stream
+        .set_read_timeout(Some(HANDSHAKE_TIMEOUT))
+        .map_err(super::auth::AuthError::from)
+        .and_then(|()| gate.accept(&mut stream, Purpose::Store))
+        .and_then(|()| stream.set_read_timeout(None).map_err(Into::into));
+    if let Err(e) = admitted {
+        gate.refuse("store", &peer, &e.to_string());
+        return;
+    }
     loop {
         let body = match read_frame(&mut stream) {
             Ok(Some(body)) => body,
@@ -255,9 +275,10 @@ pub struct StoreClient {
 }
 
 impl StoreClient {
-    /// Connects to the store at `addr`, retrying until `timeout` passes, since ranks may start
-    /// before the agent's store listens.
-    pub fn connect(addr: &str, timeout: Duration) -> Result<StoreClient, CollectiveError> {
+    /// Connects to the store at `addr` and passes its handshake with `gate`'s secret, retrying
+    /// the connection until `timeout` passes, since ranks may start before the agent's store
+    /// listens.
+    pub fn connect(addr: &str, gate: &Gate, timeout: Duration) -> Result<StoreClient, CollectiveError> {
         let deadline = Instant::now() + timeout;
         loop {
             let attempt = addr.to_socket_addrs().and_then(|mut addrs| {
@@ -268,8 +289,18 @@ impl StoreClient {
                 TcpStream::connect_timeout(&target, left.max(Duration::from_millis(1)))
             });
             match attempt {
-                Ok(stream) => {
+                Ok(mut stream) => {
                     let _ = stream.set_nodelay(true);
+                    let admitted = stream
+                        .set_read_timeout(Some(HANDSHAKE_TIMEOUT))
+                        .map_err(super::auth::AuthError::from)
+                        .and_then(|()| gate.dial(&mut stream, Purpose::Store));
+                    if let Err(e) = admitted {
+                        return Err(CollectiveError::Rendezvous {
+                            addr: addr.to_string(),
+                            reason: format!("the store's handshake failed: {e}"),
+                        });
+                    }
                     return Ok(StoreClient { addr: addr.to_string(), stream: Some(stream) });
                 }
                 Err(e) if Instant::now() + CONNECT_RETRY >= deadline => {
@@ -355,13 +386,34 @@ impl StoreClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::collective::auth::RunSecret;
+    use crate::protocol::message::Refusal;
+
+    /// One secret for every test's store and clients; refusals collected.
+    fn gate() -> (Gate, Arc<Mutex<Vec<Refusal>>>) {
+        static SECRET: std::sync::OnceLock<RunSecret> = std::sync::OnceLock::new();
+        let secret = SECRET.get_or_init(|| RunSecret::generate().unwrap()).clone();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&seen);
+        (Gate::new(secret, Arc::new(move |r| sink.lock().unwrap().push(r))), seen)
+    }
+
+    fn connect(addr: &str, timeout: Duration) -> Result<StoreClient, CollectiveError> {
+        StoreClient::connect(addr, &gate().0, timeout)
+    }
 
     fn start() -> (String, Arc<Shared>) {
-        let server = StoreServer::bind("127.0.0.1:0").unwrap();
+        let (addr, shared, _) = start_gated();
+        (addr, shared)
+    }
+
+    fn start_gated() -> (String, Arc<Shared>, Arc<Mutex<Vec<Refusal>>>) {
+        let (gate, seen) = gate();
+        let server = StoreServer::bind("127.0.0.1:0", gate).unwrap();
         let addr = server.local_addr().to_string();
         let shared = Arc::clone(&server.shared);
         server.spawn();
-        (addr, shared)
+        (addr, shared, seen)
     }
 
     /// Blocks until `n` gets are parked on missing keys inside the server.
@@ -373,7 +425,7 @@ mod tests {
     #[test]
     fn set_then_get_round_trips_bytes() {
         let (addr, _) = start();
-        let mut c = StoreClient::connect(&addr, Duration::from_secs(5)).unwrap();
+        let mut c = connect(&addr, Duration::from_secs(5)).unwrap();
         c.set("a", b"\x00\xffbytes").unwrap();
         assert_eq!(c.get("a", Duration::ZERO).unwrap(), b"\x00\xffbytes");
         c.set("a", b"").unwrap();
@@ -386,14 +438,14 @@ mod tests {
         let waiter = {
             let addr = addr.clone();
             std::thread::spawn(move || {
-                let mut c = StoreClient::connect(&addr, Duration::from_secs(5)).unwrap();
+                let mut c = connect(&addr, Duration::from_secs(5)).unwrap();
                 c.get("late", Duration::from_secs(60)).unwrap()
             })
         };
         // The get is parked in the server on a missing key, so only the set below can free it.
         wait_for_parked_gets(&shared, 1);
         assert!(!waiter.is_finished());
-        let mut setter = StoreClient::connect(&addr, Duration::from_secs(5)).unwrap();
+        let mut setter = connect(&addr, Duration::from_secs(5)).unwrap();
         setter.set("late", b"here").unwrap();
         assert_eq!(waiter.join().unwrap(), b"here");
     }
@@ -401,7 +453,7 @@ mod tests {
     #[test]
     fn get_of_a_missing_key_times_out_and_the_client_stays_usable() {
         let (addr, _) = start();
-        let mut c = StoreClient::connect(&addr, Duration::from_secs(5)).unwrap();
+        let mut c = connect(&addr, Duration::from_secs(5)).unwrap();
         let err = c.get("never", Duration::from_millis(20)).unwrap_err();
         assert!(err.to_string().contains("\"never\" was not set"), "{err}");
         c.set("k", b"v").unwrap();
@@ -411,8 +463,8 @@ mod tests {
     #[test]
     fn add_counts_across_clients_and_refuses_non_counters() {
         let (addr, _) = start();
-        let mut a = StoreClient::connect(&addr, Duration::from_secs(5)).unwrap();
-        let mut b = StoreClient::connect(&addr, Duration::from_secs(5)).unwrap();
+        let mut a = connect(&addr, Duration::from_secs(5)).unwrap();
+        let mut b = connect(&addr, Duration::from_secs(5)).unwrap();
         assert_eq!(a.add("n", 1).unwrap(), 1);
         assert_eq!(b.add("n", 5).unwrap(), 6);
         assert_eq!(a.add("n", -2).unwrap(), 4);
@@ -434,13 +486,14 @@ mod tests {
         ];
         for bytes in garbage {
             let mut raw = TcpStream::connect(&addr).unwrap();
+            gate().0.dial(&mut raw, Purpose::Store).unwrap();
             raw.write_all(bytes).unwrap();
             let mut rest = Vec::new();
             // The server hangs up without a reply: end of stream (or a reset) rather than data.
             let n = raw.read_to_end(&mut rest).unwrap_or(0);
             assert_eq!(n, 0, "server replied to garbage {bytes:?}");
         }
-        let mut c = StoreClient::connect(&addr, Duration::from_secs(5)).unwrap();
+        let mut c = connect(&addr, Duration::from_secs(5)).unwrap();
         c.set("still", b"serving").unwrap();
         assert_eq!(c.get("still", Duration::ZERO).unwrap(), b"serving");
     }
@@ -452,9 +505,9 @@ mod tests {
         let addr = format!("127.0.0.1:{port}");
         let client = {
             let addr = addr.clone();
-            std::thread::spawn(move || StoreClient::connect(&addr, Duration::from_secs(30)))
+            std::thread::spawn(move || connect(&addr, Duration::from_secs(30)))
         };
-        let server = StoreServer::bind(&addr).unwrap();
+        let server = StoreServer::bind(&addr, gate().0).unwrap();
         server.spawn();
         let mut c = client.join().unwrap().unwrap();
         assert_eq!(c.add("up", 1).unwrap(), 1);
@@ -464,7 +517,73 @@ mod tests {
     fn connect_to_nothing_fails_with_the_address() {
         let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let addr = format!("127.0.0.1:{port}");
-        let err = StoreClient::connect(&addr, Duration::from_millis(100)).err().unwrap();
+        let err = connect(&addr, Duration::from_millis(100)).err().unwrap();
         assert!(matches!(&err, CollectiveError::Rendezvous { addr: a, .. } if *a == addr), "{err}");
+    }
+
+    #[test]
+    fn clients_without_the_secret_are_refused_and_named_and_the_store_serves_on() {
+        let (addr, _, seen) = start_gated();
+        let mut owner = connect(&addr, Duration::from_secs(5)).unwrap();
+        owner.set("ring/rank0/addr", b"10.0.0.1:1234").unwrap();
+        // No secret: a plain request, as an old or foreign client would send.
+        let mut plain = TcpStream::connect(&addr).unwrap();
+        let request = [&[OP_GET][..], &15u32.to_le_bytes(), b"ring/rank0/addr", &0u64.to_le_bytes()].concat();
+        write_frame(&mut plain, &request).unwrap();
+        // A wrong secret.
+        let wrong = Gate::new(RunSecret::generate().unwrap(), Arc::new(|_| {}));
+        let err = StoreClient::connect(&addr, &wrong, Duration::from_secs(5)).err().unwrap();
+        assert!(err.to_string().contains("handshake failed"), "{err}");
+        let mut refused_peers = vec![];
+        // Replayed bytes: a genuine answer recorded from one connection, sent on the next.
+        let mut first = TcpStream::connect(&addr).unwrap();
+        let mut challenge = [0u8; crate::collective::auth::CHALLENGE_BYTES];
+        first.read_exact(&mut challenge).unwrap();
+        let mut recorder = Recorder { input: std::io::Cursor::new(challenge.to_vec()), output: Vec::new() };
+        let _ = gate().0.dial(&mut recorder, Purpose::Store);
+        let answer = recorder.output[..crate::collective::auth::RESPONSE_BYTES].to_vec();
+        first.write_all(&answer).unwrap(); // the genuine answer passes
+        let mut proof = [0u8; crate::collective::auth::PROOF_BYTES];
+        first.read_exact(&mut proof).unwrap();
+        let mut replay = TcpStream::connect(&addr).unwrap();
+        refused_peers.push(replay.local_addr().unwrap().to_string());
+        replay.read_exact(&mut challenge).unwrap();
+        replay.write_all(&answer).unwrap();
+        let mut rest = Vec::new();
+        assert_eq!(replay.read_to_end(&mut rest).unwrap_or(0), 0, "the replay got an answer");
+        // The plain client's request is too short for an answer; once it has said all it will
+        // say, the store closes on it. All it ever got is the challenge, never the value.
+        plain.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut got = Vec::new();
+        let _ = plain.read_to_end(&mut got);
+        assert!(got.len() <= crate::collective::auth::CHALLENGE_BYTES, "plain client got {got:?}");
+        // Each refused connection ended after its refusal was counted.
+        assert_eq!(owner.get("ring/rank0/addr", Duration::ZERO).unwrap(), b"10.0.0.1:1234");
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), 3, "{seen:?}");
+        assert!(seen.iter().all(|r| r.listener == "store"));
+        assert!(seen.iter().any(|r| refused_peers.contains(&r.peer) && r.reason.contains("secret")), "{seen:?}");
+    }
+
+    /// Answers from a recorded challenge, keeping what it wrote.
+    struct Recorder {
+        input: std::io::Cursor<Vec<u8>>,
+        output: Vec<u8>,
+    }
+
+    impl Read for Recorder {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            self.input.read(buf)
+        }
+    }
+
+    impl Write for Recorder {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.output.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
     }
 }

@@ -3,21 +3,26 @@
 //! Each rank listens on its own port, publishes the address in the store, dials the next rank
 //! and accepts the previous one; the data path is in `exchange`. A failed collective closes
 //! both sockets, so the failure travels around the ring and every rank returns an error
-//! instead of waiting on a neighbour that gave up.
+//! instead of waiting on a neighbour that gave up. Every ring connection starts with the run's
+//! handshake (`auth`), then the hello; the listener's side is `admit`.
+mod admit;
 mod exchange;
 
-use super::rendezvous::StoreClient;
+use super::auth::{Gate, Purpose};
+use super::rendezvous::{StoreClient, HANDSHAKE_TIMEOUT};
 use super::{Collective, CollectiveError, InjectedFault};
 use crate::ids::Rank;
 use crate::protocol::message::CollectiveOp;
 use exchange::{Failure, Header};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
-use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-/// Opens every ring connection, so a stray client on the port is not taken for a rank.
+/// Opens every ring hello, so a stray client on the port is not taken for a rank.
 const HELLO_MAGIC: [u8; 8] = *b"FDRING01";
+/// The magic, the dialling rank and the world size.
+const HELLO_BYTES: usize = 16;
 
 /// The store key under which `rank` publishes its ring address.
 pub fn addr_key(rank: u32) -> String {
@@ -55,13 +60,15 @@ struct Peer {
 
 impl Ring {
     /// Joins the ring of `world_size` ranks through `store`, listening on `advertise_host`
-    /// (an address the other ranks can reach). Gives up after `timeout`.
+    /// (an address the other ranks can reach) and taking only peers that pass `gate`. Gives
+    /// up after `timeout`.
     pub fn connect(
         store: &mut StoreClient,
         rank: Rank,
         world_size: u32,
         advertise_host: &str,
         timeout: Duration,
+        gate: &Gate,
     ) -> Result<Ring, CollectiveError> {
         if rank.0 >= world_size {
             return Err(rendezvous_error(
@@ -71,7 +78,7 @@ impl Ring {
         }
         let links = match world_size {
             1 => Links::Alone,
-            _ => link_up(store, rank.0, world_size, advertise_host, Instant::now() + timeout)?,
+            _ => link_up(store, rank.0, world_size, advertise_host, Instant::now() + timeout, gate)?,
         };
         Ok(Ring { rank, world_size, seq: 0, links, staging: Vec::new(), fault: None })
     }
@@ -141,15 +148,18 @@ fn rendezvous_error(store: &StoreClient, reason: String) -> CollectiveError {
     CollectiveError::Rendezvous { addr: store.addr().to_string(), reason }
 }
 
-/// Publishes this rank's listener, then dials the next rank and accepts the previous one.
-/// Every rank dials before it accepts; the dial completes in the peer's listen backlog, so no
-/// rank waits on another's accept and the ring cannot deadlock while forming.
+/// Publishes this rank's listener, then dials the next rank while accepting the previous one.
+/// Both sides of a link speak in its handshake (the acceptor's challenge first), so the accept
+/// runs on its own thread from the moment the address is published: no rank's dial waits on a
+/// rank that is itself still dialling or looking up its neighbour, and the ring cannot deadlock
+/// while forming.
 fn link_up(
     store: &mut StoreClient,
     rank: u32,
     world_size: u32,
     advertise_host: &str,
     deadline: Instant,
+    gate: &Gate,
 ) -> Result<Links, CollectiveError> {
     let listener = TcpListener::bind((advertise_host, 0))
         .map_err(|e| rendezvous_error(store, format!("cannot listen on advertise host {advertise_host:?}: {e}")))?;
@@ -168,12 +178,28 @@ fn link_up(
     store.set(&addr_key(rank), own_addr.to_string().as_bytes())?;
     let next_rank = (rank + 1) % world_size;
     let prev_rank = (rank + world_size - 1) % world_size;
-    let next_addr = store.get(&addr_key(next_rank), left(deadline))?;
-    let next_addr = String::from_utf8(next_addr)
-        .map_err(|e| rendezvous_error(store, format!("rank {next_rank}'s published address is not utf-8: {e}")))?;
-    let next = dial(rank, world_size, next_rank, next_addr, deadline)?;
-    let prev = accept(&listener, world_size, prev_rank, deadline).map_err(|reason| rendezvous_error(store, reason))?;
-    Ok(Links::Connected { next, prev })
+    let store_addr = store.addr().to_string();
+    let dial_failed = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let accepting = std::thread::Builder::new()
+            .name("ring-accept".into())
+            .spawn_scoped(s, || accept(&listener, rank, world_size, prev_rank, deadline, gate, &dial_failed))
+            .map_err(|e| rendezvous_error(store, format!("cannot start the ring's accepting thread: {e}")))?;
+        let next = (|| {
+            let next_addr = store.get(&addr_key(next_rank), left(deadline))?;
+            let next_addr = String::from_utf8(next_addr).map_err(|e| {
+                rendezvous_error(store, format!("rank {next_rank}'s published address is not utf-8: {e}"))
+            })?;
+            dial(rank, world_size, next_rank, next_addr, deadline, gate)
+        })();
+        dial_failed.store(next.is_err(), Ordering::Relaxed);
+        // The accept ends by itself: at the previous rank's hello, or at the deadline.
+        let prev = accepting
+            .join()
+            .unwrap_or_else(|_| Err("the ring's accepting thread panicked".into()))
+            .map_err(|reason| CollectiveError::Rendezvous { addr: store_addr.clone(), reason });
+        Ok(Links::Connected { next: next?, prev: prev? })
+    })
 }
 
 fn left(deadline: Instant) -> Duration {
@@ -181,8 +207,8 @@ fn left(deadline: Instant) -> Duration {
 }
 
 /// The first bytes on a ring connection: who is dialling, and in which world.
-fn hello(rank: u32, world_size: u32) -> [u8; 16] {
-    let mut out = [0u8; 16];
+fn hello(rank: u32, world_size: u32) -> [u8; HELLO_BYTES] {
+    let mut out = [0u8; HELLO_BYTES];
     out[..8].copy_from_slice(&HELLO_MAGIC);
     out[8..12].copy_from_slice(&rank.to_le_bytes());
     out[12..].copy_from_slice(&world_size.to_le_bytes());
@@ -196,14 +222,21 @@ fn dial(
     next_rank: u32,
     next_addr: String,
     deadline: Instant,
+    gate: &Gate,
 ) -> Result<Peer, CollectiveError> {
     let connected = (|| -> io::Result<TcpStream> {
         let target = next_addr
             .to_socket_addrs()?
             .next()
             .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "the address resolved to nothing"))?;
-        let stream = TcpStream::connect_timeout(&target, left(deadline).max(Duration::from_millis(1)))?;
-        stream.set_write_timeout(Some(left(deadline).max(Duration::from_millis(1))))?;
+        let mut stream = TcpStream::connect_timeout(&target, left(deadline).max(Duration::from_millis(1)))?;
+        let handshake_deadline = Some(left(deadline).clamp(Duration::from_millis(1), HANDSHAKE_TIMEOUT));
+        stream.set_write_timeout(handshake_deadline)?;
+        stream.set_read_timeout(handshake_deadline)?;
+        gate.dial(&mut stream, Purpose::Ring).map_err(|e| match e {
+            super::auth::AuthError::Io(e) => e,
+            other => io::Error::new(io::ErrorKind::PermissionDenied, format!("the ring handshake failed: {other}")),
+        })?;
         (&stream).write_all(&hello(rank, world_size))?;
         ready_for_collectives(&stream)?;
         Ok(stream)
@@ -214,58 +247,33 @@ fn dial(
     }
 }
 
-/// Accepts the previous rank's connection; connections that are not ring hellos are dropped.
-fn accept(listener: &TcpListener, world_size: u32, prev_rank: u32, deadline: Instant) -> Result<Peer, String> {
-    let io_err = |e: io::Error| format!("accepting rank {prev_rank}'s connection failed: {e}");
-    // Non-blocking, so that a connection that vanished between poll and accept cannot block us
-    // past the deadline.
-    listener.set_nonblocking(true).map_err(io_err)?;
-    loop {
-        let wait_ms = i32::try_from(left(deadline).as_millis()).unwrap_or(i32::MAX);
-        if wait_ms == 0 {
-            return Err(format!("rank {prev_rank} did not connect before the timeout"));
+/// Accepts the previous rank's connection; connections that fail the handshake are refused
+/// (counted and reported through `gate`), hellos from other ranks dropped.
+fn accept(
+    listener: &TcpListener,
+    rank: u32,
+    world_size: u32,
+    prev_rank: u32,
+    deadline: Instant,
+    gate: &Gate,
+    stop: &AtomicBool,
+) -> Result<Peer, String> {
+    let name = format!("ring listener of rank {rank}");
+    let admitted = admit::admit(listener, gate, &name, deadline, stop, |a| match (a.rank, a.world) {
+        (r, w) if r == prev_rank && w == world_size => Ok(true),
+        (r, w) if w != world_size => Err(format!(
+            "rank {r} at {} believes the world has {w} ranks, this rank {world_size}; every rank must be \
+             launched with the same world size",
+            a.from
+        )),
+        (r, _) => {
+            tracing::warn!("ring: dropping a connection from rank {r} at {}; expected rank {prev_rank}", a.from);
+            Ok(false)
         }
-        let mut fds = [libc::pollfd { fd: listener.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
-        if exchange::poll(&mut fds, wait_ms).map_err(io_err)? == 0 {
-            continue;
-        }
-        let (stream, from) = match listener.accept() {
-            Ok(conn) => conn,
-            // WouldBlock: another waiter took it; Interrupted: the graceful stop's SIGUSR1.
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => continue,
-            Err(e) => return Err(io_err(e)),
-        };
-        match read_hello(&stream, deadline) {
-            Ok((rank, world)) if rank == prev_rank && world == world_size => {
-                ready_for_collectives(&stream).map_err(io_err)?;
-                return Ok(Peer { rank: prev_rank, addr: from.to_string(), stream });
-            }
-            Ok((rank, world)) if world != world_size => {
-                return Err(format!(
-                    "rank {rank} at {from} believes the world has {world} ranks, this rank \
-                     {world_size}; every rank must be launched with the same world size"
-                ))
-            }
-            Ok((rank, _)) => {
-                tracing::warn!("ring: dropping a connection from rank {rank} at {from}; expected rank {prev_rank}")
-            }
-            Err(e) => tracing::warn!("ring: dropping a connection from {from}: {e}"),
-        }
-    }
-}
-
-fn read_hello(stream: &TcpStream, deadline: Instant) -> io::Result<(u32, u32)> {
-    // Accepted sockets may inherit the listener's non-blocking flag on some platforms.
-    stream.set_nonblocking(false)?;
-    stream.set_read_timeout(Some(left(deadline).max(Duration::from_millis(1))))?;
-    let mut bytes = [0u8; 16];
-    let mut reader = stream;
-    reader.read_exact(&mut bytes)?;
-    if bytes[..8] != HELLO_MAGIC {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, "not a ring hello"));
-    }
-    let word = |i: usize| u32::from_le_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]);
-    Ok((word(8), word(12)))
+    })
+    .map_err(|reason| format!("waiting for rank {prev_rank}: {reason}"))?;
+    ready_for_collectives(&admitted.stream).map_err(|e| format!("rank {prev_rank}'s connection: {e}"))?;
+    Ok(Peer { rank: prev_rank, addr: admitted.from.to_string(), stream: admitted.stream })
 }
 
 /// Collectives are latency-bound at small sizes (Nagle would hold back a barrier's last bytes)

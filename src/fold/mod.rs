@@ -81,6 +81,7 @@ impl RunState {
                         let text = format!("rank {rank}: checkpoint step {} failed: {reason}", step.0);
                         event(EventKind::CheckpointFailed, Some(rank.0), text);
                     }
+                    RankMsg::Refused(r) => event(EventKind::Refused, Some(rank.0), refused_text(r)),
                     RankMsg::Step(m) => {
                         info.step = info.step.max(m.step.0);
                         info.last_loss = Some(m.loss);
@@ -118,6 +119,7 @@ impl RunState {
                 }
             }
             AgentEvent::Notice { text } => event(EventKind::Notice, None, text.clone()),
+            AgentEvent::Refused(r) => event(EventKind::Refused, None, refused_text(r)),
             AgentEvent::BadFrame { rank, reason } => {
                 event(EventKind::BadFrame, rank.map(|r| r.0), format!("bad frame dropped: {reason}"))
             }
@@ -225,6 +227,15 @@ pub fn status_of(outcome: RunOutcome) -> RunStatus {
         RunOutcome::Stopped => RunStatus::Stopped,
         RunOutcome::Killed => RunStatus::Killed,
     }
+}
+
+/// A refused connection as an event: which port, who, why, and how many so far.
+fn refused_text(r: &crate::protocol::message::Refusal) -> String {
+    let so_far = match r.count {
+        1 => String::new(),
+        n => format!(" ({n} refused so far)"),
+    };
+    format!("{} refused a connection from {}: {}{so_far}", r.listener, r.peer, r.reason)
 }
 
 /// The event text of a committed checkpoint: its size and what the save cost.

@@ -4,7 +4,7 @@ pub use crate::record::{signal_name, CollectiveOp, CollectiveRecord, CollectiveS
 use serde::{Deserialize, Serialize};
 
 /// Bumped on any change to these types; peers with another version are refused.
-pub const PROTOCOL_VERSION: u32 = 6;
+pub const PROTOCOL_VERSION: u32 = 7;
 
 /// The first frame on every connection, in both directions.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -102,6 +102,21 @@ pub enum RankMsg {
         step: Step,
         reason: String,
     },
+    /// The rank's ring listener turned a connection away (no or a wrong secret).
+    Refused(Refusal),
+}
+
+/// A connection to one of the run's TCP ports that failed the handshake on the run's secret
+/// (`crate::collective::auth`): dropped, counted, and said as an event.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Refusal {
+    /// Which port: `store` or `ring listener of rank N`.
+    pub listener: String,
+    /// The connecting side's address, `IP:PORT`.
+    pub peer: String,
+    pub reason: String,
+    /// Connections this listener has refused so far, this one included.
+    pub count: u64,
 }
 
 /// One committed checkpoint and what saving it cost.
@@ -310,6 +325,8 @@ pub enum AgentEvent {
         index: u32,
         reasons: Vec<ThrottleReason>,
     },
+    /// The node's rendezvous store turned a connection away (no or a wrong secret).
+    Refused(Refusal),
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

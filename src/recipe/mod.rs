@@ -178,6 +178,9 @@ pub enum FaultKind {
     Crash,
     Mismatch,
     Slow,
+    /// Test-only: the rank waits to join the ring until the store's `fault/release` key is set,
+    /// so a test can knock on the other ranks' listeners while they are open.
+    HoldJoin,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

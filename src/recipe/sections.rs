@@ -349,6 +349,7 @@ impl Check<'_> {
             ("crash", F::Crash),
             ("mismatch", F::Mismatch),
             ("slow", F::Slow),
+            ("hold-join", F::HoldJoin),
         ];
         let kind = self.choice("fault.kind", raw.kind, F::None, &kinds)?;
         let rank = self.int_in("fault.rank", raw.rank.unwrap_or(0), 0, MAX_U32)? as u32;

@@ -209,6 +209,8 @@ pub enum EventKind {
     Incident,
     /// A rank's output showed a failure (torchrun's ChildFailedError, an NCCL timeout, an OOM).
     Failure,
+    /// A connection to one of the run's TCP ports failed the handshake on the run's secret.
+    Refused,
 }
 
 /// One row of the `events` tree.

@@ -103,6 +103,7 @@ async fn start_local(
         stop_grace_ms: STOP_GRACE_MS,
         save_grace_ms: SAVE_GRACE_MS,
         resume_from,
+        secret: crate::collective::auth::RunSecret::generate().context("drawing the run's secret")?,
     };
     std::fs::write(paths.spec(), serde_json::to_vec_pretty(&spec)?)?;
     tokio::task::spawn_blocking({

@@ -73,6 +73,8 @@ pub struct Plan<'a> {
     pub recipe_json: &'a str,
     pub targets: Vec<Target>,
     pub limits: Limits,
+    /// One per run, in every node's spec (`collective::auth`).
+    pub secret: crate::collective::auth::RunSecret,
 }
 
 impl Plan<'_> {
@@ -99,7 +101,12 @@ impl Plan<'_> {
             let explicit = recipe.cluster.ssh.ssh_config.as_deref().map(std::path::Path::new);
             targets.push(config::resolve(spec, explicit, ctx)?);
         }
-        Ok(Plan { run, recipe, recipe_json, targets, limits: Limits::from_recipe(&recipe.cluster) })
+        let secret = crate::collective::auth::RunSecret::generate().map_err(|e| SshError::Command {
+            host: "local".into(),
+            what: "drawing the run's secret".into(),
+            detail: e.to_string(),
+        })?;
+        Ok(Plan { run, recipe, recipe_json, targets, limits: Limits::from_recipe(&recipe.cluster), secret })
     }
 
     fn spec(&self, k: usize, exe: &str, ports: Ports) -> AgentSpec {
@@ -123,6 +130,7 @@ impl Plan<'_> {
             save_grace_ms: SAVE_GRACE_MS,
             // Multi-node runs start fresh: `resume` of an SSH run is refused (docs/checkpoints.md).
             resume_from: None,
+            secret: self.secret.clone(),
         }
     }
 }

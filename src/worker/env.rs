@@ -26,6 +26,9 @@ pub struct WorkerEnv {
     /// MASTER_ADDR (right on one machine and on a flat cluster network).
     pub advertise_host: Option<String>,
     pub rendezvous_timeout: Duration,
+    /// The run's secret (`FLIGHTDECK_RUN_SECRET_FILE`, a 0600 file the agent writes); None when
+    /// run by hand, and then the store and the ring take anyone, as torch's do.
+    pub secret_file: Option<PathBuf>,
 }
 
 /// Long enough for every rank of a large job to be spawned over SSH and start up.
@@ -89,6 +92,7 @@ impl WorkerEnv {
             node: get("FLIGHTDECK_NODE").unwrap_or_else(|| "local".to_string()),
             advertise_host: get("FLIGHTDECK_ADVERTISE_HOST"),
             rendezvous_timeout,
+            secret_file: get(crate::collective::auth::SECRET_FILE_ENV).map(PathBuf::from),
         })
     }
 

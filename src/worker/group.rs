@@ -2,6 +2,7 @@
 //! recorder.
 use super::env::WorkerEnv;
 use super::telemetry::TelemetryTx;
+use crate::collective::auth::{Gate, RunSecret};
 use crate::collective::nccl::Nccl;
 use crate::collective::recorder::FlightRecorder;
 use crate::collective::rendezvous::StoreClient;
@@ -9,8 +10,10 @@ use crate::collective::ring::Ring;
 use crate::collective::solo::Solo;
 use crate::collective::{Collective, CollectiveError};
 use crate::ids::{Rank, Step};
-use crate::recipe::{CollectiveBackend, Recipe};
+use crate::recipe::{CollectiveBackend, FaultKind, Recipe};
 
+/// The store key a `fault.kind = "hold-join"` rank waits for before it joins the ring.
+pub const RELEASE_KEY: &str = "fault/release";
 /// Records kept for the hang analysis: a few hundred steps of buckets.
 const RECORDER_CAPACITY: usize = 1024;
 
@@ -34,6 +37,18 @@ pub enum GroupError {
     NoMaster { rank: u32, world: u32 },
     #[error("rank {rank}: joining the group of {world} ranks: {source}")]
     Collective { rank: u32, world: u32, source: CollectiveError },
+    #[error("rank {rank}: {reason}")]
+    Secret { rank: u32, reason: String },
+}
+
+/// The run's gate: its secret, with refused peers reported as the rank's telemetry.
+fn gate(env: &WorkerEnv, tele: &TelemetryTx) -> Result<Gate, GroupError> {
+    let Some(path) = &env.secret_file else {
+        return Ok(Gate::open());
+    };
+    let secret = RunSecret::read_file(path).map_err(|reason| GroupError::Secret { rank: env.rank, reason })?;
+    let tele = tele.clone();
+    Ok(Gate::new(secret, std::sync::Arc::new(move |refusal| tele.refused(refusal))))
 }
 
 /// Builds this rank's group. Every collective of a multi-rank group goes through the flight
@@ -48,15 +63,20 @@ pub fn connect(env: &WorkerEnv, recipe: &Recipe, tele: &TelemetryTx) -> Result<B
     };
     let wrap = |source| GroupError::Collective { rank, world, source };
     let addr = format!("{host}:{port}");
-    let mut store = StoreClient::connect(&addr, env.rendezvous_timeout).map_err(wrap)?;
+    let gate = gate(env, tele)?;
+    let mut store = StoreClient::connect(&addr, &gate, env.rendezvous_timeout).map_err(wrap)?;
     if recipe.parallel.backend == CollectiveBackend::Nccl {
         // The unique id travels through the store; LOCAL_RANK is the GPU (as in `cuda::init`).
         let nccl =
             Nccl::connect(&mut store, Rank(rank), world, env.local_rank, env.rendezvous_timeout).map_err(wrap)?;
         return Ok(Box::new(FlightRecorder::new(nccl, RECORDER_CAPACITY, tele.sink())));
     }
+    if recipe.fault.kind == FaultKind::HoldJoin && recipe.fault.rank == rank {
+        // Test-only: the others' ring listeners stay open until the test says go.
+        store.get(RELEASE_KEY, env.rendezvous_timeout).map_err(wrap)?;
+    }
     let advertise = env.advertise_host.clone().unwrap_or_else(|| route_to(host, *port));
-    let ring = Ring::connect(&mut store, Rank(rank), world, &advertise, env.rendezvous_timeout).map_err(wrap)?;
+    let ring = Ring::connect(&mut store, Rank(rank), world, &advertise, env.rendezvous_timeout, &gate).map_err(wrap)?;
     Ok(Box::new(FlightRecorder::new(ring, RECORDER_CAPACITY, tele.sink())))
 }
 

@@ -85,6 +85,12 @@ impl TelemetryTx {
         self.send(msg);
     }
 
+    /// A connection the rank's ring listener refused: sent even with `telemetry.enabled` off,
+    /// because who knocked on the run's ports belongs in its history.
+    pub fn refused(&self, refusal: crate::protocol::message::Refusal) {
+        self.send(RankMsg::Refused(refusal));
+    }
+
     /// For `FlightRecorder::new`: every record it reports goes out as `RankMsg::Collective`.
     pub fn sink(&self) -> Box<dyn FnMut(&CollectiveRecord) + Send> {
         let tx = self.clone();

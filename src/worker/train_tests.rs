@@ -188,6 +188,7 @@ fn telemetry_carries_phases_in_order_then_steps_then_finished() {
             RankMsg::Finished { steps, .. } => format!("finished{steps}"),
             RankMsg::CheckpointSaved(c) => format!("ckpt{}", c.step.0),
             RankMsg::CheckpointFailed { .. } => "ckpt-failed".to_string(),
+            RankMsg::Refused(_) => "refused".to_string(),
         })
         .collect();
     let want = "register 1:data 1:fwd 1:bwd 1:opt 2:data 2:fwd 2:bwd 2:opt step2 \

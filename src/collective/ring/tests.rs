@@ -1,7 +1,9 @@
 //! Ring tests: whole worlds of ranks as threads in this process, over loopback.
 use super::*;
+use crate::collective::auth::RunSecret;
 use crate::collective::recorder::FlightRecorder;
 use crate::collective::rendezvous::StoreServer;
+use std::io::{Read, Write};
 use std::sync::{mpsc, Arc};
 
 const LENGTHS: [usize; 6] = [0, 1, 3, 7, 1000, (1 << 20) + 5];
@@ -14,18 +16,19 @@ where
     T: Send + 'static,
     F: Fn(Ring) -> T + Send + Sync + 'static,
 {
-    let server = StoreServer::bind("127.0.0.1:0").unwrap();
+    let gate = Gate::new(RunSecret::generate().unwrap(), Arc::new(|r| panic!("refused a rank of the run: {r:?}")));
+    let server = StoreServer::bind("127.0.0.1:0", gate.clone()).unwrap();
     let addr = server.local_addr().to_string();
     server.spawn();
     let body = Arc::new(body);
     let (tx, rx) = mpsc::channel();
     let handles: Vec<_> = (0..world_size)
         .map(|r| {
-            let (addr, body, tx) = (addr.clone(), Arc::clone(&body), tx.clone());
+            let (addr, body, tx, gate) = (addr.clone(), Arc::clone(&body), tx.clone(), gate.clone());
             std::thread::spawn(move || {
-                let mut store = StoreClient::connect(&addr, Duration::from_secs(10)).unwrap();
-                let ring =
-                    Ring::connect(&mut store, Rank(r), world_size, "127.0.0.1", Duration::from_secs(30)).unwrap();
+                let mut store = StoreClient::connect(&addr, &gate, Duration::from_secs(10)).unwrap();
+                let ring = Ring::connect(&mut store, Rank(r), world_size, "127.0.0.1", Duration::from_secs(30), &gate)
+                    .unwrap();
                 assert_eq!((ring.rank(), ring.world_size()), (Rank(r), world_size));
                 tx.send((r, body(ring))).unwrap();
             })
@@ -168,12 +171,12 @@ fn recorded_ring_collectives_share_sequence_numbers_across_ranks() {
 
 #[test]
 fn bad_rendezvous_arguments_are_refused_with_the_values() {
-    let server = StoreServer::bind("127.0.0.1:0").unwrap();
+    let server = StoreServer::bind("127.0.0.1:0", Gate::open()).unwrap();
     let addr = server.local_addr().to_string();
     server.spawn();
-    let mut store = StoreClient::connect(&addr, Duration::from_secs(5)).unwrap();
+    let mut store = StoreClient::connect(&addr, &Gate::open(), Duration::from_secs(5)).unwrap();
     let connect = |store: &mut StoreClient, rank, world, host| {
-        Ring::connect(store, Rank(rank), world, host, Duration::from_secs(1)).err().unwrap()
+        Ring::connect(store, Rank(rank), world, host, Duration::from_secs(1), &Gate::open()).err().unwrap()
     };
     let err = connect(&mut store, 4, 4, "127.0.0.1").to_string();
     assert!(err.contains("rank 4 is outside a world of 4"), "{err}");
@@ -182,6 +185,96 @@ fn bad_rendezvous_arguments_are_refused_with_the_values() {
     // Nobody else joins: the wait for rank 1's address ends at the timeout, naming the key.
     let err = connect(&mut store, 0, 2, "127.0.0.1").to_string();
     assert!(err.contains(&addr_key(1)), "{err}");
+}
+
+/// Answers a recorded challenge, keeping what it wrote.
+struct Recorder {
+    input: std::io::Cursor<Vec<u8>>,
+    output: Vec<u8>,
+}
+
+impl Read for Recorder {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.input.read(buf)
+    }
+}
+
+impl Write for Recorder {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.output.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn connections_without_the_secret_never_take_a_ranks_place() {
+    use crate::collective::auth::{CHALLENGE_BYTES, RESPONSE_BYTES};
+    let secret = RunSecret::generate().unwrap();
+    let (refused_tx, refused) = mpsc::channel();
+    let report = Arc::new(move |r| refused_tx.send(r).unwrap());
+    let gate = Gate::new(secret.clone(), report);
+    let server = StoreServer::bind("127.0.0.1:0", gate.clone()).unwrap();
+    let addr = server.local_addr().to_string();
+    server.spawn();
+    let join = |r: u32| {
+        let (addr, gate) = (addr.clone(), gate.clone());
+        std::thread::spawn(move || {
+            let mut store = StoreClient::connect(&addr, &gate, Duration::from_secs(10)).unwrap();
+            let mut ring = Ring::connect(&mut store, Rank(r), 2, "127.0.0.1", Duration::from_secs(60), &gate).unwrap();
+            let mut buf = vec![r as f32 + 1.0; 1000];
+            ring.all_reduce_sum(&mut buf).unwrap();
+            buf
+        })
+    };
+    let rank0 = join(0);
+    // Rank 0 listens and waits for rank 1, who has not started: its port is open to anyone.
+    let mut observer = StoreClient::connect(&addr, &gate, Duration::from_secs(10)).unwrap();
+    let ring0 = String::from_utf8(observer.get(&addr_key(0), Duration::from_secs(60)).unwrap()).unwrap();
+    let mut attackers = Vec::new();
+    // 1. Says nothing at all, and stays connected through the whole formation.
+    let silent = TcpStream::connect(&ring0).unwrap();
+    // 2. No secret: a ring hello straight away, as a rank from before secrets would send.
+    let mut plain = TcpStream::connect(&ring0).unwrap();
+    plain.write_all(&hello(1, 2)).unwrap();
+    plain.shutdown(std::net::Shutdown::Write).unwrap();
+    attackers.push(plain.local_addr().unwrap().to_string());
+    // 3. A wrong secret, with a full handshake.
+    let mut wrong = TcpStream::connect(&ring0).unwrap();
+    let other = RunSecret::generate().unwrap();
+    assert!(crate::collective::auth::dial(&mut wrong, &other, Purpose::Ring).is_err());
+    attackers.push(wrong.local_addr().unwrap().to_string());
+    // 4. Replayed bytes: the genuine answer to one connection's challenge, on the next.
+    let mut first = TcpStream::connect(&ring0).unwrap();
+    let mut challenge = [0u8; CHALLENGE_BYTES];
+    first.read_exact(&mut challenge).unwrap();
+    let mut recorder = Recorder { input: std::io::Cursor::new(challenge.to_vec()), output: Vec::new() };
+    let _ = crate::collective::auth::dial(&mut recorder, &secret, Purpose::Ring);
+    let answer = recorder.output[..RESPONSE_BYTES].to_vec();
+    attackers.push(first.local_addr().unwrap().to_string());
+    drop(first);
+    let mut replay = TcpStream::connect(&ring0).unwrap();
+    replay.read_exact(&mut challenge).unwrap();
+    replay.write_all(&answer).unwrap();
+    attackers.push(replay.local_addr().unwrap().to_string());
+    let seen: Vec<_> = (0..attackers.len()).map(|_| refused.recv_timeout(HANG_GUARD).unwrap()).collect();
+    let mut peers: Vec<_> = seen.iter().map(|r| r.peer.clone()).collect();
+    peers.sort();
+    attackers.sort();
+    assert_eq!(peers, attackers, "{seen:?}");
+    assert!(seen.iter().all(|r| r.listener == "ring listener of rank 0"), "{seen:?}");
+    assert!(seen.iter().any(|r| r.reason.contains("does not hold this run's secret")), "{seen:?}");
+    // The replayed answer got nothing back: no proof, only the end.
+    let mut rest = Vec::new();
+    assert_eq!(replay.read_to_end(&mut rest).unwrap_or(0), 0);
+    // Only now does the real rank 1 start; the ring forms around the silent connection.
+    let rank1 = join(1);
+    let sums = [rank0.join().unwrap(), rank1.join().unwrap()];
+    assert!(sums.iter().all(|b| b.iter().all(|&x| x == 3.0)), "the sum is off");
+    assert_eq!(gate.refused(), attackers.len() as u64);
+    drop(silent);
 }
 
 /// Prints rough all-reduce times (the 16 MiB one is the reference number); run with

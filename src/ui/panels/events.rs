@@ -34,6 +34,7 @@ fn style(kind: EventKind) -> Style {
         | EventKind::NanLoss
         | EventKind::BadFrame
         | EventKind::CheckpointFailed
+        | EventKind::Refused
         | EventKind::Failure => Style::new().fg(Color::Red),
         EventKind::CheckpointSaved => Style::new().fg(Color::Green),
         EventKind::Verdict | EventKind::Incident => Style::new().fg(Color::Magenta),
@@ -44,14 +45,16 @@ fn style(kind: EventKind) -> Style {
 }
 
 /// What the events panel counts as an alert (docs/cockpit.md): verdicts (hangs, deaths, lost
-/// nodes, stragglers), failures a rank printed, NaN losses, failed saves, bad frames, and a rank
-/// that exited with an error or a signal. A clean exit, a start, a save or a notice is not one.
+/// nodes, stragglers), failures a rank printed, NaN losses, failed saves, bad frames, refused
+/// connections to the run's ports, and a rank that exited with an error or a signal. A clean
+/// exit, a start, a save or a notice is not one.
 pub fn is_alert(model: &RunModel, e: &EventRecord) -> bool {
     match e.kind {
         EventKind::Verdict
         | EventKind::Failure
         | EventKind::NanLoss
         | EventKind::CheckpointFailed
+        | EventKind::Refused
         | EventKind::BadFrame => true,
         EventKind::RankExited => e
             .rank

@@ -1,0 +1,163 @@
+//! The run's secret on its TCP ports (docs/security.md): strangers on a live run's store and
+//! ring listeners are refused, named in its events, and change nothing of its training.
+mod common;
+use common::*;
+use flightdeck::collective::auth::{self, Gate, Purpose, RunSecret, CHALLENGE_BYTES, PROOF_BYTES, RESPONSE_BYTES};
+use flightdeck::collective::rendezvous::StoreClient;
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+const TINY: &str = "tiny-gpt.toml";
+const STEPS: &str = "train.steps=20";
+/// Not a timing assertion: a run that never shows its events fails instead of hanging CI.
+const GUARD: Duration = Duration::from_secs(300);
+
+fn losses(db: &Db, run: &str) -> BTreeMap<(u64, u32), u64> {
+    let out = db.run(&["metrics", run, "--key", "loss", "--format", "csv"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    csv_rows(&String::from_utf8_lossy(&out.stdout)).into_iter().map(|(s, r, v)| ((s, r), v.to_bits())).collect()
+}
+
+fn run_ids(db: &Db) -> Vec<String> {
+    let runs = db.json(&["runs", "--json"]);
+    runs["runs"].as_array().unwrap().iter().map(|r| r["id"].as_str().unwrap().to_string()).collect()
+}
+
+/// Polls `until` (a file appearing, an event landing) up to the guard.
+fn wait_for<T>(what: &str, mut until: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + GUARD;
+    loop {
+        if let Some(t) = until() {
+            return t;
+        }
+        assert!(Instant::now() < deadline, "gave up waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Reads a recorded challenge, keeps what the dialer wrote back.
+struct Recorder {
+    input: std::io::Cursor<Vec<u8>>,
+    output: Vec<u8>,
+}
+
+impl Read for Recorder {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.input.read(buf)
+    }
+}
+
+impl Write for Recorder {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.output.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Strangers on `addr`: one with no secret (the port's plain protocol at once), one with a
+/// wrong secret, and one replaying the genuine answer recorded from a fourth connection (which
+/// hangs up before it answers). Returns the four addresses; each is over when this returns.
+fn knock(addr: &str, secret: &RunSecret, purpose: Purpose, plain: &[u8]) -> Vec<String> {
+    let mut from = Vec::new();
+    let mut no_secret = TcpStream::connect(addr).unwrap();
+    from.push(no_secret.local_addr().unwrap().to_string());
+    no_secret.write_all(plain).unwrap();
+    no_secret.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut got = Vec::new();
+    let _ = no_secret.read_to_end(&mut got);
+    assert!(got.len() <= CHALLENGE_BYTES, "a client without the secret got an answer: {got:?}");
+
+    let mut wrong = TcpStream::connect(addr).unwrap();
+    from.push(wrong.local_addr().unwrap().to_string());
+    let err = auth::dial(&mut wrong, &RunSecret::generate().unwrap(), purpose);
+    assert!(err.is_err(), "a wrong secret passed the handshake");
+
+    // A genuine answer, recorded (an eavesdropper's copy), then the connection dropped.
+    let mut genuine = TcpStream::connect(addr).unwrap();
+    from.push(genuine.local_addr().unwrap().to_string());
+    let mut challenge = [0u8; CHALLENGE_BYTES];
+    genuine.read_exact(&mut challenge).unwrap();
+    let mut recorder = Recorder { input: std::io::Cursor::new(challenge.to_vec()), output: Vec::new() };
+    let _ = auth::dial(&mut recorder, secret, purpose);
+    let answer = recorder.output[..RESPONSE_BYTES].to_vec();
+    drop(genuine);
+    let mut replay = TcpStream::connect(addr).unwrap();
+    from.push(replay.local_addr().unwrap().to_string());
+    replay.read_exact(&mut challenge).unwrap();
+    replay.write_all(&answer).unwrap();
+    let mut proof = Vec::new();
+    let _ = replay.read_to_end(&mut proof);
+    assert!(proof.len() < PROOF_BYTES, "the replayed answer was accepted: {proof:?}");
+    from
+}
+
+/// The refused events of a run: (rank, text).
+fn refusals(db: &Db, id: &str) -> Vec<(Option<u64>, String)> {
+    let show = db.json(&["show", id, "--json"]);
+    show["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "refused")
+        .map(|e| (e["rank"].as_u64(), e["text"].as_str().unwrap().to_string()))
+        .collect()
+}
+
+#[test]
+fn strangers_on_a_live_runs_store_and_ring_are_refused_named_and_change_no_loss() {
+    let db = Db::new();
+    let recipe = recipe(TINY);
+    let recipe = recipe.to_str().unwrap();
+    let calm = db.run(&["run", recipe, "--headless", "--ranks-per-node", "2", "--set", STEPS]);
+    assert!(calm.status.success(), "{}", String::from_utf8_lossy(&calm.stderr));
+    let calm_id = run_ids(&db).pop().unwrap();
+
+    // Rank 1 joins the ring only when told, so rank 0's listener is open while we knock.
+    let sets = ["--set", STEPS, "--set", "fault.kind=hold-join", "--set", "fault.rank=1"];
+    let child = db.spawn(&[&["run", recipe, "--headless", "--ranks-per-node", "2"][..], &sets[..]].concat());
+    let id = wait_for("the second run", || run_ids(&db).into_iter().find(|r| *r != calm_id));
+    let dir = db.path().join("runs").join(&id);
+    let ports = wait_for("the store's port file", || std::fs::read_to_string(dir.join("rendezvous.port")).ok());
+    let store_addr = format!("127.0.0.1:{}", ports.split_whitespace().next().unwrap());
+    // The test is the run's own user: it may read the secret, as the ranks do.
+    let spec: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("spec.json")).unwrap()).unwrap();
+    let secret = RunSecret::from_hex(spec["secret"].as_str().unwrap()).unwrap();
+    let gate = Gate::new(secret.clone(), std::sync::Arc::new(|_| {}));
+
+    let key = b"ring/rank0/addr";
+    let get = [&[2u8][..], &(key.len() as u32).to_le_bytes(), key, &0u64.to_le_bytes()].concat();
+    let plain_get = [&(get.len() as u32).to_le_bytes()[..], &get].concat();
+    let mut strangers = knock(&store_addr, &secret, Purpose::Store, &plain_get);
+    let mut own = StoreClient::connect(&store_addr, &gate, GUARD).unwrap();
+    let ring0 = String::from_utf8(own.get("ring/rank0/addr", GUARD).unwrap()).unwrap();
+    let hello = [&b"FDRING01"[..], &1u32.to_le_bytes(), &2u32.to_le_bytes()].concat();
+    strangers.extend(knock(&ring0, &secret, Purpose::Ring, &hello));
+
+    // Every stranger is an event naming its address, before rank 1 even joins.
+    let seen = wait_for("eight refused events", || Some(refusals(&db, &id)).filter(|r| r.len() >= strangers.len()));
+    for peer in &strangers {
+        assert!(seen.iter().any(|(_, text)| text.contains(&format!("from {peer}:"))), "{peer} not named: {seen:?}");
+    }
+    assert_eq!(seen.iter().filter(|(rank, t)| rank.is_none() && t.starts_with("store refused")).count(), 4);
+    assert_eq!(
+        seen.iter().filter(|(rank, t)| *rank == Some(0) && t.starts_with("ring listener of rank 0 refused")).count(),
+        4,
+        "{seen:?}"
+    );
+    assert!(seen.iter().any(|(_, t)| t.contains("does not hold this run's secret")), "{seen:?}");
+
+    own.set("fault/release", b"go").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}\n{}", String::from_utf8_lossy(&out.stderr), run_logs(&db));
+    let show = db.json(&["show", &id, "--json"]);
+    assert_eq!(show["run"]["status"], "succeeded");
+    let (calm_losses, losses) = (losses(&db, &calm_id), losses(&db, &id));
+    assert_eq!(calm_losses.len(), 40, "20 steps of 2 ranks");
+    assert_eq!(losses, calm_losses, "the knocked-on run's losses are bit-equal to the calm run's");
+    db.finish();
+}
