@@ -389,29 +389,6 @@ fn a_command_rank_gets_the_flight_recorder_and_faulthandler_env_unless_the_recip
     db.finish();
 }
 
-/// Every path under `root` that others (group or world) may read, write or enter.
-fn open_to_others(root: &std::path::Path) -> Vec<String> {
-    use std::os::unix::fs::PermissionsExt;
-    let mut open = Vec::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            let Ok(meta) = std::fs::symlink_metadata(e.path()) else { continue };
-            if meta.file_type().is_symlink() {
-                continue;
-            }
-            let mode = meta.permissions().mode() & 0o777;
-            if mode & 0o077 != 0 {
-                open.push(format!("{:03o} {}", mode, e.path().display()));
-            }
-            if meta.is_dir() {
-                stack.push(e.path());
-            }
-        }
-    }
-    open
-}
-
 #[test]
 fn everything_a_run_writes_is_owner_only_whatever_the_umask() {
     for umask in ["022", "000"] {

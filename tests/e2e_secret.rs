@@ -1,6 +1,7 @@
 //! The run's secret on its TCP ports (docs/security.md): strangers on a live run's store and
 //! ring listeners are refused, named in its events, and change nothing of its training.
 mod common;
+mod ssh_support;
 use common::*;
 use flightdeck::collective::auth::{self, Gate, Purpose, RunSecret, CHALLENGE_BYTES, PROOF_BYTES, RESPONSE_BYTES};
 use flightdeck::collective::rendezvous::StoreClient;
@@ -159,5 +160,77 @@ fn strangers_on_a_live_runs_store_and_ring_are_refused_named_and_change_no_loss(
     let (calm_losses, losses) = (losses(&db, &calm_id), losses(&db, &id));
     assert_eq!(calm_losses.len(), 40, "20 steps of 2 ranks");
     assert_eq!(losses, calm_losses, "the knocked-on run's losses are bit-equal to the calm run's");
+    db.finish();
+}
+
+/// `flightdeck run` on the lab's nodes: its SSH config, its remote dir, short timeouts.
+fn ssh_run(db: &Db, lab: &ssh_support::Lab, name: &str, extra: &[&str]) -> std::process::Child {
+    let recipe = recipe(TINY);
+    let remote = format!("cluster.remote_dir={:?}", lab.remote_dir().display().to_string());
+    let mut args = vec!["run", recipe.to_str().unwrap(), "--headless", "--hosts", "node0,node1", "--name", name];
+    args.extend(["--set", &remote, "--set", "cluster.connect_timeout_s=3", "--set", "cluster.command_timeout_s=30"]);
+    args.extend(extra);
+    let mut cmd = db.cmd(&args);
+    cmd.env("FLIGHTDECK_SSH_CONFIG", lab.config_path()).env_remove("SSH_AUTH_SOCK");
+    cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().expect("flightdeck run")
+}
+
+#[test]
+fn strangers_on_the_network_are_refused_by_two_ssh_nodes_whose_run_directories_are_owner_only() {
+    if ssh_support::skip("strangers_on_the_network_are_refused_by_two_ssh_nodes_whose_run_directories_are_owner_only") {
+        return;
+    }
+    let db = Db::new();
+    let recipe = recipe(TINY);
+    let calm = db.run(&["run", recipe.to_str().unwrap(), "--headless", "--ranks-per-node", "2", "--set", STEPS]);
+    assert!(calm.status.success(), "{}", String::from_utf8_lossy(&calm.stderr));
+    let calm_id = run_ids(&db).pop().unwrap();
+    for umask in [0o022, 0o000] {
+        // The nodes' sshd, and so every command the launcher runs there, under this umask.
+        let lab = ssh_support::Lab::with_umask(2, Some(umask));
+        let name = format!("ssh-umask-{umask:03o}");
+        let sets = ["--ranks-per-node", "1", "--set", STEPS, "--set", "fault.kind=hold-join", "--set", "fault.rank=1"];
+        let child = ssh_run(&db, &lab, &name, &sets);
+        let id = wait_for("the SSH run", || {
+            let out = db.run(&["show", &name, "--json"]);
+            out.status.success().then(|| serde_json::from_slice::<serde_json::Value>(&out.stdout).ok()).flatten()
+        })["run"]["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let node0 = lab.remote_dir().join("runs").join(&id).join("node-0");
+        let ports = wait_for("node 0's port file", || std::fs::read_to_string(node0.join("rendezvous.port")).ok());
+        let store_addr = format!("{}:{}", lab.hosts[0].addr, ports.split_whitespace().next().unwrap());
+        let spec: serde_json::Value = serde_json::from_slice(&std::fs::read(node0.join("spec.json")).unwrap()).unwrap();
+        let secret = RunSecret::from_hex(spec["secret"].as_str().unwrap()).unwrap();
+        let gate = Gate::new(secret.clone(), std::sync::Arc::new(|_| {}));
+
+        // From this machine's namespace: another host on the cluster network.
+        let mut strangers = knock(&store_addr, &secret, Purpose::Store, b"\x04\x00\x00\x00junk");
+        let mut own = StoreClient::connect(&store_addr, &gate, GUARD).unwrap();
+        let ring0 = String::from_utf8(own.get("ring/rank0/addr", GUARD).unwrap()).unwrap();
+        assert!(ring0.starts_with(&lab.hosts[0].addr), "rank 0 listens on node 0: {ring0}");
+        let hello = [&b"FDRING01"[..], &1u32.to_le_bytes(), &2u32.to_le_bytes()].concat();
+        strangers.extend(knock(&ring0, &secret, Purpose::Ring, &hello));
+        let seen = wait_for("eight refused events", || Some(refusals(&db, &id)).filter(|r| r.len() >= strangers.len()));
+        for peer in &strangers {
+            assert!(seen.iter().any(|(_, t)| t.contains(&format!("from {peer}:"))), "{peer} not named: {seen:?}");
+        }
+        // Mid-run, with the secret on disk: nothing on either node is open to others.
+        let open = open_to_others(&lab.remote_dir());
+        assert!(open.is_empty(), "under the nodes' umask {umask:03o}, open to others mid-run: {open:#?}");
+
+        own.set("fault/release", b"go").unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}\n{}", String::from_utf8_lossy(&out.stderr), run_logs(&db));
+        let (calm_losses, losses) = (losses(&db, &calm_id), losses(&db, &id));
+        assert_eq!(losses, calm_losses, "two knocked-on SSH nodes train bit-equal to two calm local ranks");
+        let open = open_to_others(&lab.remote_dir());
+        assert!(open.is_empty(), "under the nodes' umask {umask:03o}, open to others after the run: {open:#?}");
+        assert!(node0.join("logs").is_dir(), "the node's run directory is kept, with its logs");
+        lab.assert_nothing_running();
+    }
+    let open = open_to_others(db.path());
+    assert!(open.is_empty(), "the database, open to others: {open:#?}");
     db.finish();
 }

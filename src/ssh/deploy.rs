@@ -148,7 +148,7 @@ pub fn deploy(node: &Node, layout: &Layout, tag: &str) -> Result<Deployed, SshEr
         });
     }
     // mv within one directory is atomic: a concurrent launch sees the old state or the whole file.
-    let install = format!("chmod 755 -- {qtmp} && mv -f -- {qtmp} {exe} && printf '%s\\n' {hash} > {marker}");
+    let install = format!("chmod 700 -- {qtmp} && mv -f -- {qtmp} {exe} && printf '%s\\n' {hash} > {marker}");
     node.check("installing the binary", &install, None)?;
     Ok(Deployed::Uploaded { bytes: local.len() as u64 })
 }

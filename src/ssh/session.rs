@@ -123,11 +123,13 @@ impl Node {
         self.target.display()
     }
 
-    /// Runs a command line (already quoted), feeding `stdin`, and collects its output.
+    /// Runs a command line (already quoted), feeding `stdin`, and collects its output. It runs
+    /// under umask 077, whatever the node's: what the launcher's own `mkdir` and `cat >` make on
+    /// the node (the run directory, the spec with the run's secret) is owner-only from the start.
     pub fn run(&self, what: &str, command: &str, stdin: Option<&[u8]>) -> Result<Output, SshError> {
         let (host, t) = (self.host(), self.limits.command);
         let mut ch = self.sess.channel_session().map_err(|e| SshError::ssh(&host, what, e, t))?;
-        ch.exec(command).map_err(|e| SshError::ssh(&host, what, e, t))?;
+        ch.exec(&format!("umask 077; {command}")).map_err(|e| SshError::ssh(&host, what, e, t))?;
         if let Some(data) = stdin {
             // Chunked so the per-call timeout measures progress, not the whole upload.
             for chunk in data.chunks(1 << 20) {

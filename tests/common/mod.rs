@@ -218,3 +218,26 @@ pub fn run_logs(db: &Db) -> String {
     }
     text
 }
+
+/// Every path under `root` that others (group or world) may read, write or enter.
+pub fn open_to_others(root: &std::path::Path) -> Vec<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut open = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let Ok(meta) = std::fs::symlink_metadata(e.path()) else { continue };
+            if meta.file_type().is_symlink() {
+                continue;
+            }
+            let mode = meta.permissions().mode() & 0o777;
+            if mode & 0o077 != 0 {
+                open.push(format!("{:03o} {}", mode, e.path().display()));
+            }
+            if meta.is_dir() {
+                stack.push(e.path());
+            }
+        }
+    }
+    open
+}

@@ -74,6 +74,12 @@ fn keygen(path: &Path) {
 impl Lab {
     /// `n` nodes, each with its own sshd and host key; known_hosts trusts them all.
     pub fn new(n: usize) -> Lab {
+        Lab::with_umask(n, None)
+    }
+
+    /// Like `new`, with every sshd (and so every session and command on the nodes) started
+    /// under `umask`, as a node whose default is loose would be.
+    pub fn with_umask(n: usize, umask: Option<u32>) -> Lab {
         // Unique among the labs of this process (a test binary has fewer than 16 labs).
         let id = (std::process::id() % 1000) * 16 + LABS.fetch_add(1, Ordering::SeqCst) % 16;
         let subnet = id % 250 + 1;
@@ -110,7 +116,7 @@ impl Lab {
             lab.exec(i, &["ip", "link", "set", "eth0", "up"]).expect("eth0 up");
             lab.exec(i, &["ip", "link", "set", "lo", "up"]).expect("lo up");
             keygen(&key);
-            let sshd = lab.start_sshd(i, &key);
+            let sshd = lab.start_sshd(i, &key, umask);
             lab.hosts[i].sshd = Some(sshd);
         }
         lab.write_config(&[]);
@@ -129,7 +135,7 @@ impl Lab {
         sh(&full)
     }
 
-    fn start_sshd(&self, i: usize, key: &Path) -> Child {
+    fn start_sshd(&self, i: usize, key: &Path, umask: Option<u32>) -> Child {
         let config = self.path().join(format!("sshd{i}.conf"));
         let text = format!(
             "Port {SSH_PORT}\nListenAddress {addr}\nHostKey {key}\nPidFile {pid}\nAuthorizedKeysFile {ak}\n\
@@ -149,6 +155,16 @@ impl Lab {
         cmd.args(["netns", "exec", &self.hosts[i].ns]);
         if cores > 1 && Path::new("/usr/bin/taskset").exists() {
             cmd.args(["/usr/bin/taskset", "-c", &(i % cores).to_string()]);
+        }
+        if let Some(mask) = umask {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: umask is async-signal-safe and touches no memory of the parent.
+            unsafe {
+                cmd.pre_exec(move || {
+                    libc::umask(mask as libc::mode_t);
+                    Ok(())
+                });
+            }
         }
         let mut child = cmd
             .args(["/usr/sbin/sshd", "-D", "-e", "-f"])
