@@ -78,7 +78,7 @@ lint: deps $(TORCH_ENV)
 
 # Benchmarks against their references; results land in docs/benchmarks.md. Never part of
 # `make test`. BENCH_REPS / BENCH_HISTORY_REPS change the repetitions per side.
-.PHONY: bench bench-train bench-allreduce bench-overhead bench-history bench-fanout bench-tensorboard bench-parselog bench-torch
+.PHONY: bench bench-train bench-allreduce bench-overhead bench-history bench-fanout bench-tensorboard bench-parselog bench-torch bench-handshake
 bench: build bench-tensorboard
 	scripts/bench.sh all
 
@@ -93,6 +93,9 @@ bench-torch: build
 
 bench-allreduce: build
 	scripts/bench.sh allreduce
+
+bench-handshake: build
+	scripts/bench.sh handshake
 
 bench-overhead: build
 	scripts/bench.sh overhead

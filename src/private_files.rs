@@ -37,13 +37,49 @@ pub fn open_to_others(path: &std::path::Path) -> Option<u32> {
 /// Whether the process at the other end of a Unix socket is this user (or root, which no file
 /// mode keeps out anyway), from `SO_PEERCRED`: a socket left open to others by its mode (a
 /// database on a shared filesystem) still lets nobody else in. Err: who it was.
-pub fn check_peer(stream: &tokio::net::UnixStream) -> Result<(), String> {
-    let cred = stream.peer_cred().map_err(|e| format!("its credentials cannot be read ({e})"))?;
+pub fn check_peer(stream: &tokio::net::UnixStream) -> Result<(), Stranger> {
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
+    let cred = stream.peer_cred().map_err(|e| Stranger::Unknown(e.to_string()))?;
     match cred.uid() {
         uid if uid == me || uid == 0 => Ok(()),
-        uid => Err(format!("uid {uid} (pid {}) is another user (this is uid {me})", cred.pid().unwrap_or(0))),
+        uid => Err(Stranger::OtherUser { uid, pid: cred.pid().unwrap_or(0), me }),
+    }
+}
+
+/// A Unix-socket peer turned away by `check_peer`.
+#[derive(Debug)]
+pub enum Stranger {
+    OtherUser {
+        uid: u32,
+        pid: i32,
+        me: u32,
+    },
+    /// Its credentials could not be read.
+    Unknown(String),
+}
+
+impl Stranger {
+    /// As a refusal of `listener` (an agent's sockets say so as events, not only in their log).
+    pub fn refusal(&self, listener: &str, count: u64) -> crate::protocol::message::Refusal {
+        let (peer, reason) = match self {
+            Stranger::OtherUser { uid, pid, me } => {
+                (format!("uid {uid} (pid {pid})"), format!("another user (this is uid {me})"))
+            }
+            Stranger::Unknown(e) => ("an unknown process".to_string(), format!("its credentials cannot be read ({e})")),
+        };
+        crate::protocol::message::Refusal { listener: listener.into(), peer, reason, count }
+    }
+}
+
+impl std::fmt::Display for Stranger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Stranger::OtherUser { uid, pid, me } => {
+                write!(f, "uid {uid} (pid {pid}) is another user (this is uid {me})")
+            }
+            Stranger::Unknown(e) => write!(f, "its credentials cannot be read ({e})"),
+        }
     }
 }
 

@@ -435,26 +435,7 @@ fn everything_a_run_writes_is_owner_only_whatever_the_umask() {
 
 #[test]
 fn a_client_of_another_user_is_refused_even_through_a_socket_left_open() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        skipped(file!(), "making a throwaway user to connect as needs root");
-        return;
-    }
-    let user = format!("fdpeer{}", std::process::id());
-    let made = std::process::Command::new("useradd")
-        .args(["--system", "--no-create-home", "--shell", "/usr/sbin/nologin", &user])
-        .output();
-    if !made.as_ref().is_ok_and(|o| o.status.success()) {
-        skipped(file!(), &format!("useradd {user} failed: {made:?}"));
-        return;
-    }
-    struct Gone(String);
-    impl Drop for Gone {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("userdel").arg(&self.0).output();
-        }
-    }
-    let _gone = Gone(user.clone());
+    let Some(other) = ThrowawayUser::make(file!()) else { return };
     let db = Db::new();
     let log = db.path().join("server-stderr.log");
     let mut server = db
@@ -472,15 +453,7 @@ fn a_client_of_another_user_is_refused_even_through_a_socket_left_open() {
     let socket = db.path().join("server.sock");
     std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o777)).unwrap();
     // The other user reaches the socket; the server reads its uid and closes on it at once.
-    let probe = format!(
-        "import socket; s = socket.socket(socket.AF_UNIX); s.connect({:?}); print('closed' if s.recv(64) == b'' else 'answered')",
-        socket.display().to_string()
-    );
-    let out = std::process::Command::new("runuser")
-        .args(["-u", &user, "--", "/usr/bin/python3", "-c", &probe])
-        .output()
-        .expect("runuser");
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "closed", "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(other.probe_socket(&socket), "closed");
     let said = std::fs::read_to_string(&log).unwrap();
     assert!(said.contains("refused a client: uid ") && said.contains("is another user"), "{said}");
     // And our own client still gets in.

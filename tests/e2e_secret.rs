@@ -234,3 +234,47 @@ fn strangers_on_the_network_are_refused_by_two_ssh_nodes_whose_run_directories_a
     assert!(open.is_empty(), "the database, open to others: {open:#?}");
     db.finish();
 }
+
+#[test]
+fn a_live_runs_agent_and_telemetry_sockets_refuse_another_user_and_say_so() {
+    let Some(other) = ThrowawayUser::make(file!()) else { return };
+    let db = Db::new();
+    let recipe = recipe(TINY);
+    let mut child = db.spawn(&[
+        "run",
+        recipe.to_str().unwrap(),
+        "--headless",
+        "--ranks-per-node",
+        "2",
+        "--set",
+        "train.steps=1000000",
+    ]);
+    let mut lines = stdout_lines(&mut child);
+    read_until(&mut lines, |l| progress_step(l).is_some_and(|s| s >= 1));
+    let id = run_ids(&db).pop().unwrap();
+    // Every directory on the way left open and both sockets open to all, as a database on a
+    // badly set up shared filesystem would be: only SO_PEERCRED stands in the way.
+    use std::os::unix::fs::PermissionsExt;
+    let dir = db.path().join("runs").join(&id);
+    for d in [db.path().to_path_buf(), db.path().join("runs"), dir.clone()] {
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    for socket in ["agent.sock", "telemetry.sock"] {
+        std::fs::set_permissions(dir.join(socket), std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert_eq!(other.probe_socket(&dir.join(socket)), "closed", "{socket}");
+    }
+    let seen = wait_for("two refused events", || Some(refusals(&db, &id)).filter(|r| r.len() >= 2));
+    for listener in ["agent socket", "telemetry socket"] {
+        assert!(
+            seen.iter().any(|(_, t)| t.starts_with(&format!("{listener} refused a connection from uid "))
+                && t.contains("another user")),
+            "{listener}: {seen:?}"
+        );
+    }
+    // The run goes on, its link to the server untouched, and stops when asked.
+    let sent = progress_step(&read_until(&mut lines, |l| progress_step(l).is_some())).unwrap();
+    read_until(&mut lines, |l| progress_step(l).is_some_and(|s| s >= sent + 2));
+    assert!(db.run(&["stop", &id]).status.success());
+    assert_eq!(child.wait().unwrap().code(), Some(3), "a run stopped on request exits 3");
+    db.finish();
+}

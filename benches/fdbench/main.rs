@@ -6,6 +6,7 @@
 //! line on stdout.
 mod allreduce;
 mod fanout;
+mod handshake;
 mod history;
 mod roles;
 
@@ -19,7 +20,8 @@ const USAGE: &str = "usage: fdbench SUBCOMMAND [ARGS]
                                     one rank of the ring all-reduce benchmark (torchrun env)
   history-write DIR RANKS STEPS     one run's metrics into a fresh store through the store writer
   history-load DIR COLUMNS          reopen, read loss for every rank, draw the chart from rollups
-  fanout SSH_CONFIG HOSTS COMMAND   COMMAND on every host (comma-separated aliases) over ssh2, in parallel";
+  fanout SSH_CONFIG HOSTS COMMAND   COMMAND on every host (comma-separated aliases) over ssh2, in parallel
+  handshake ROUNDS                  ring forming and store latency without and with the run secret";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
@@ -60,6 +62,7 @@ fn run(args: &[String]) -> anyhow::Result<()> {
             let hosts: Vec<String> = hosts.split(',').map(str::to_string).collect();
             fanout::main(config.as_ref(), &hosts, command)
         }
+        "handshake" => handshake::main(numbers(rest, 1, "handshake ROUNDS")?[0]),
         other => bail!("unknown subcommand {other:?}\n{USAGE}"),
     }
 }

@@ -18,12 +18,17 @@ pub async fn serve(
     run: RunId,
 ) {
     let mut current: Option<tokio::task::JoinHandle<()>> = None;
+    let mut refused = 0;
     loop {
         let stream = match listener.accept().await {
             Ok((s, _)) => match crate::private_files::check_peer(&s) {
                 Ok(()) => s,
                 Err(who) => {
+                    // Never taken for a server: a new connection would replace the real one.
+                    refused += 1;
                     tracing::warn!("refused a connection to the agent socket: {who}");
+                    let refusal = who.refusal("agent socket", refused);
+                    let _ = tx.send(Input::Event(crate::protocol::AgentEvent::Refused(refusal))).await;
                     continue;
                 }
             },

@@ -10,13 +10,19 @@ use tokio::sync::mpsc;
 const BAD_FRAME_REPORTS: u64 = 10;
 
 pub async fn serve(listener: UnixListener, tx: mpsc::Sender<Input>) {
+    let mut refused = 0;
     loop {
         match listener.accept().await {
             Ok((stream, _)) => match crate::private_files::check_peer(&stream) {
                 Ok(()) => {
                     tokio::spawn(connection(stream, tx.clone()));
                 }
-                Err(who) => tracing::warn!("refused a telemetry connection: {who}"),
+                Err(who) => {
+                    refused += 1;
+                    tracing::warn!("refused a telemetry connection: {who}");
+                    let refusal = who.refusal("telemetry socket", refused);
+                    let _ = tx.send(Input::Event(AgentEvent::Refused(refusal))).await;
+                }
             },
             Err(e) => tracing::warn!("accept on the telemetry socket: {e}"),
         }

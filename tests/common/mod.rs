@@ -241,3 +241,51 @@ pub fn open_to_others(root: &std::path::Path) -> Vec<String> {
     }
     open
 }
+
+/// A system user made for one test (useradd), removed when dropped: a process of another user
+/// on the same machine. None (the test reported as skipped, with the reason) where it cannot be.
+pub struct ThrowawayUser {
+    pub name: String,
+}
+
+impl ThrowawayUser {
+    pub fn make(test: &str) -> Option<ThrowawayUser> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            skipped(test, "making a throwaway user to connect as needs root");
+            return None;
+        }
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let name = format!("fdpeer{}x{n}", std::process::id());
+        let made = Command::new("useradd")
+            .args(["--system", "--no-create-home", "--shell", "/usr/sbin/nologin", &name])
+            .output();
+        if !made.as_ref().is_ok_and(|o| o.status.success()) {
+            skipped(test, &format!("useradd {name} failed: {made:?}"));
+            return None;
+        }
+        Some(ThrowawayUser { name })
+    }
+
+    /// Connects to the Unix socket at `path` as this user; `closed` when the other end hung up
+    /// at once, `answered` when it sent anything, else the error.
+    pub fn probe_socket(&self, path: &Path) -> String {
+        let probe = format!(
+            "import socket\ns = socket.socket(socket.AF_UNIX)\ns.settimeout(60)\ns.connect({:?})\n\
+             print('closed' if s.recv(64) == b'' else 'answered')",
+            path.display().to_string()
+        );
+        let out = Command::new("runuser")
+            .args(["-u", &self.name, "--", "/usr/bin/python3", "-c", &probe])
+            .output()
+            .expect("runuser");
+        format!("{}{}", String::from_utf8_lossy(&out.stdout).trim(), String::from_utf8_lossy(&out.stderr).trim())
+    }
+}
+
+impl Drop for ThrowawayUser {
+    fn drop(&mut self) {
+        let _ = Command::new("userdel").arg(&self.name).output();
+    }
+}
