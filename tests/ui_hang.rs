@@ -437,3 +437,52 @@ fn the_incident_report_is_an_event_and_i_opens_it_scrollable() {
         assert!(draw(&h.app).0.contains("has no incident report"));
     }
 }
+
+#[test]
+fn p_shows_a_torch_jobs_process_groups_one_at_a_time_and_the_member_that_never_entered() {
+    // The recorded 4-rank job (tests/fixtures/torchfr/groups): groups [0, 1] and [2, 3] besides
+    // the world; rank 3 sleeps before its group's all-reduce, rank 2 waits in it.
+    let mut h = hung((160, 48));
+    let last = h.app.run.model.as_ref().expect("model").snapshot_seq.first().copied().unwrap_or(0) + 10_000;
+    let frames: Vec<AgentFrame> = (0..4u32)
+        .map(|k| {
+            let path = format!("{}/tests/fixtures/torchfr/groups/rank_{k}", env!("CARGO_MANIFEST_DIR"));
+            let dump = flightdeck::torchfr::parse(&std::fs::read(&path).expect("fixture"), &path).expect("parses");
+            let snapshot = Box::new(flightdeck::torchfr::Snapshot { dump: dump.recent(4), main_stack: Vec::new() });
+            AgentFrame {
+                seq: last + u64::from(k),
+                t_ms: h.t_ms,
+                event: AgentEvent::TorchFlight { rank: flightdeck::ids::Rank(k), snapshot },
+            }
+        })
+        .collect();
+    h.app.on_data(DataEvent::Frames { node: 0, run: h.run.clone(), frames });
+    let groups = h.app.run.model.as_ref().expect("model").process_groups();
+    let names: Vec<String> = groups.iter().map(|g| format!("{} {:?}", g.name, g.ranks)).collect();
+    assert_eq!(names, ["0 [0, 1, 2, 3]", "1 [0, 1]", "2 [2, 3]"], "{groups:?}");
+    keys(&mut h.app, "2");
+    let (text, _) = draw(&h.app);
+    assert!(text.contains("ranks × collective seq"), "all ranks first: {text}");
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        keys(&mut h.app, "p");
+        let (text, _) = draw(&h.app);
+        let title = text.lines().find(|l| l.contains("matrix")).unwrap_or("").to_string();
+        seen.push(title.clone());
+        if title.contains("group 2") {
+            assert!(title.contains("ranks 2,3"), "{title}");
+            let row = |r: u32| {
+                let at = |l: &&str| l.starts_with(&format!("│r{r} ")) || l.starts_with(&format!("┃r{r} "));
+                let line = text.lines().find(at).unwrap_or("");
+                line.split("││").next().unwrap_or(line).to_string()
+            };
+            let (r2, r3) = (row(2), row(3));
+            assert!(r2.contains('▶'), "rank 2 waits inside its group's collective: {r2:?}\n{text}");
+            assert!(r3.contains('○') && !r3.contains('▶'), "rank 3 never entered: {r3:?}\n{text}");
+        }
+    }
+    assert!(seen.iter().any(|t| t.contains("group 2")), "{seen:?}");
+    keys(&mut h.app, "p");
+    let (text, _) = draw(&h.app);
+    assert!(text.contains("ranks × collective seq"), "back to all ranks after the last group: {text}");
+}

@@ -43,6 +43,7 @@ actions! {
     ToggleAxis => "toggle_axis", "chart: x axis step / wall time";
     TogglePerRank => "toggle_per_rank", "chart: per-rank lines on/off";
     NextMetric => "next_metric", "chart: next metric";
+    NextGroup => "next_group", "matrix: a torch job's next process group (all ranks, then each group)";
     Follow => "follow", "logs: follow the tail on/off";
     NextLogRank => "next_log_rank", "logs: next rank (merged, 0, 1, ...)";
     PrevLogRank => "prev_log_rank", "logs: previous rank";

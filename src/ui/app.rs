@@ -85,6 +85,8 @@ pub struct RunScreen {
     pub parent_loss: Option<ParentLoss>,
     pub stacks: StacksView,
     pub incident: IncidentView,
+    /// The process group the matrix shows (`p`), by name; None: every rank's collectives.
+    pub matrix_group: Option<String>,
 }
 
 /// Where the cockpit opens.

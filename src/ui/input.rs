@@ -111,6 +111,7 @@ impl App {
             Action::Checkpoints | Action::Resume | Action::Stop => self.lineage_action(a),
             Action::Stacks | Action::StacksAll | Action::StacksNative => self.ask_stacks(a),
             Action::Incident => self.ask_incident(),
+            Action::NextGroup => self.next_group(),
             Action::Refresh => {
                 let q =
                     self.run.model.as_ref().map(|m| m.state.record.id.to_string()).unwrap_or(self.run.query.clone());
@@ -122,6 +123,25 @@ impl App {
             }
             _ => self.panel_action(a, page),
         }
+    }
+
+    /// The matrix's next process group: every rank, then each group of the torch job in turn.
+    fn next_group(&mut self) {
+        let names: Vec<String> = self
+            .run
+            .model
+            .as_ref()
+            .map(|m| m.process_groups().into_iter().map(|g| g.name).collect())
+            .unwrap_or_default();
+        if names.is_empty() {
+            self.error("no process groups: the matrix by group is for torch jobs, from their shims' flight recorders");
+            return;
+        }
+        let at = self.run.matrix_group.as_ref().and_then(|g| names.iter().position(|n| n == g));
+        self.run.matrix_group = match at {
+            None => names.first().cloned(),
+            Some(i) => names.get(i + 1).cloned(),
+        };
     }
 
     /// Movement keys go to the focused panel.

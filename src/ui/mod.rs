@@ -7,6 +7,7 @@ pub mod bench;
 pub mod config;
 pub mod effects;
 pub mod fmt;
+pub mod groups;
 pub mod hang;
 mod input;
 pub mod io;

@@ -69,6 +69,9 @@ pub struct RunModel {
     pub stored_verdicts: Vec<crate::protocol::Verdict>,
     /// The verdicts that hold now (from the progress stream); None until it first reports.
     pub live_verdicts: Option<Vec<crate::protocol::Verdict>>,
+    /// A torch job's Python ranks: each one's newest flight-recorder snapshot (live only), for
+    /// the matrix by process group.
+    pub flights: BTreeMap<u32, crate::torchfr::Snapshot>,
 }
 
 impl RunModel {
@@ -87,6 +90,7 @@ impl RunModel {
             log_count: 0,
             stored_verdicts: d.verdicts.iter().map(|r| r.verdict.clone()).collect(),
             live_verdicts: None,
+            flights: BTreeMap::new(),
         };
         m.last_collective.resize(m.state.ranks.len(), None);
         for ss in &s.series {
@@ -111,6 +115,11 @@ impl RunModel {
             }
         }
         m
+    }
+
+    /// The torch job's process groups, as the matrix draws them.
+    pub fn process_groups(&self) -> Vec<crate::ui::groups::GroupView> {
+        crate::ui::groups::groups(&self.flights)
     }
 
     pub fn world(&self) -> usize {
@@ -223,6 +232,9 @@ impl RunModel {
             AgentEvent::Rank { rank, msg: RankMsg::Collective(rec) } => self.add_collective(rank.0, rec.clone()),
             AgentEvent::GpuSample(g) => {
                 self.gpus.insert(g.index, (**g).clone());
+            }
+            AgentEvent::TorchFlight { rank, snapshot } => {
+                self.flights.insert(rank.0, (**snapshot).clone());
             }
             AgentEvent::Log { rank, line, .. } => self.push_log(rank.0, line.clone()),
             AgentEvent::LogRecord { rank, record } => {

@@ -263,7 +263,9 @@ impl App {
             PanelKind::CompareChart => compare::render_chart(&self.compare, focused, area, buf),
             PanelKind::CompareTable => compare::render_table(&self.compare, focused, area, buf),
             PanelKind::Gpu => gpu::render(m, focused, area, buf),
-            PanelKind::Matrix => matrix::render(m, self.run.ranks.cursor, focused, area, buf),
+            PanelKind::Matrix => {
+                matrix::render(m, self.run.ranks.cursor, self.run.matrix_group.as_deref(), focused, area, buf)
+            }
             PanelKind::Stacks => stacks::render(&self.run.stacks, focused, self.now_ms(), area, buf),
             PanelKind::Verdict => banner::render_panel(m, focused, self.now_ms(), area, buf),
         }
