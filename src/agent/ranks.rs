@@ -37,7 +37,10 @@ pub async fn spawn(
         .env("LOCAL_RANK", local_rank.to_string())
         .env("WORLD_SIZE", spec.world_size.to_string())
         .env("LOCAL_WORLD_SIZE", local_world.to_string())
-        .env("GROUP_RANK", "0")
+        .env("GROUP_RANK", spec.node_rank().to_string())
+        .env("GROUP_WORLD_SIZE", spec.nodes().to_string())
+        .env("ROLE_RANK", rank.0.to_string())
+        .env("ROLE_WORLD_SIZE", spec.world_size.to_string())
         .env("MASTER_ADDR", &spec.master_addr)
         .env("MASTER_PORT", spec.program_port.to_string())
         .env("TORCHELASTIC_RUN_ID", spec.run.as_str());

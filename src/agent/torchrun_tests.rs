@@ -131,3 +131,15 @@ async fn a_tailed_file_is_read_as_it_grows_and_to_its_end_once_torchrun_is_gone(
     read.read_to_end(&mut rest).await.expect("read");
     assert_eq!(rest, b"two, without its newline");
 }
+
+#[test]
+fn a_direct_rank_gets_its_nodes_place_as_group_rank() {
+    let mut s = spec(r#"["python", "t.py"]"#, &[(2, 0), (3, 1)], 4);
+    s.recipe.cluster.ranks_per_node = 2;
+    assert_eq!((s.node_rank(), s.nodes()), (1, 2));
+    s.ranks = vec![(Rank(0), 0), (Rank(1), 1)];
+    assert_eq!(s.node_rank(), 0);
+    // A last node with fewer ranks than the others is still counted.
+    s.world_size = 5;
+    assert_eq!(s.nodes(), 3);
+}

@@ -51,6 +51,20 @@ pub struct AgentSpec {
     pub secret: crate::collective::auth::RunSecret,
 }
 
+impl AgentSpec {
+    /// This node's place among the run's nodes (torchrun's `GROUP_RANK`): nodes hold
+    /// `ranks_per_node` consecutive ranks each, so it is the first rank's block.
+    pub fn node_rank(&self) -> u32 {
+        let per_node = self.recipe.cluster.ranks_per_node.max(1);
+        self.ranks.first().map_or(0, |(rank, _)| rank.0 / per_node)
+    }
+
+    /// How many nodes the run has (torchrun's `GROUP_WORLD_SIZE`).
+    pub fn nodes(&self) -> u32 {
+        self.world_size.div_ceil(self.recipe.cluster.ranks_per_node.max(1))
+    }
+}
+
 fn default_save_grace_ms() -> u64 {
     SAVE_GRACE_MS
 }
