@@ -111,9 +111,13 @@ impl Seen {
 }
 
 /// A recorder entry as the rank's collective record (None for an op the records do not name).
+/// Where PyTorch timed it (NCCL with `TORCH_NCCL_ENABLE_TIMING=1`), the record spans that
+/// duration from its enqueue, so the collectives panel shows its latency and bus bandwidth;
+/// PyTorch gives the length, not when on the GPU it began.
 fn record(e: &Entry) -> Option<CollectiveRecord> {
     let op = e.collective_op()?;
     let enqueue_us = e.created_ns / 1000;
+    let start_us = e.duration_ms.map(|_| enqueue_us);
     let end_us = e.duration_ms.map(|ms| enqueue_us + (ms * 1000.0) as u64);
     Some(CollectiveRecord {
         seq: e.seq,
@@ -122,9 +126,37 @@ fn record(e: &Entry) -> Option<CollectiveRecord> {
         elements: e.elements(),
         bytes: e.bytes(),
         enqueue_us,
-        start_us: None,
+        start_us,
         end_us,
         state: if e.finished() { CollectiveState::Completed } else { CollectiveState::Scheduled },
         step: Step(0),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::torchfr::EntryState;
+
+    fn entry(duration_ms: Option<f64>) -> Entry {
+        Entry {
+            seq: 3,
+            name: "nccl:all_reduce".into(),
+            input_sizes: vec![vec![1024]],
+            input_dtypes: vec!["Float".into()],
+            state: EntryState::Completed,
+            created_ns: 5_000_000_000,
+            duration_ms,
+            ..Entry::default()
+        }
+    }
+
+    #[test]
+    fn a_timed_nccl_entry_spans_its_duration_and_an_untimed_one_has_no_span() {
+        let timed = record(&entry(Some(2.5))).expect("an all_reduce");
+        assert_eq!((timed.enqueue_us, timed.start_us, timed.end_us), (5_000_000, Some(5_000_000), Some(5_002_500)));
+        assert_eq!((timed.elements, timed.bytes), (1024, 4096));
+        let untimed = record(&entry(None)).expect("an all_reduce");
+        assert_eq!((untimed.start_us, untimed.end_us), (None, None));
+    }
 }
