@@ -3,7 +3,7 @@
 mod common;
 mod ssh_support;
 use common::*;
-use flightdeck::collective::auth::{self, Gate, Purpose, RunSecret, CHALLENGE_BYTES, PROOF_BYTES, RESPONSE_BYTES};
+use flightdeck::collective::auth::{self, Gate, Purpose, RunSecret, CHALLENGE_BYTES, PROOF_BYTES};
 use flightdeck::collective::rendezvous::StoreClient;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -38,28 +38,6 @@ fn wait_for<T>(what: &str, mut until: impl FnMut() -> Option<T>) -> T {
     }
 }
 
-/// Reads a recorded challenge, keeps what the dialer wrote back.
-struct Recorder {
-    input: std::io::Cursor<Vec<u8>>,
-    output: Vec<u8>,
-}
-
-impl Read for Recorder {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        self.input.read(buf)
-    }
-}
-
-impl Write for Recorder {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.output.extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// Strangers on `addr`: one with no secret (the port's plain protocol at once), one with a
 /// wrong secret, and one replaying the genuine answer recorded from a fourth connection (which
 /// hangs up before it answers). Returns the four addresses; each is over when this returns.
@@ -83,9 +61,7 @@ fn knock(addr: &str, secret: &RunSecret, purpose: Purpose, plain: &[u8]) -> Vec<
     from.push(genuine.local_addr().unwrap().to_string());
     let mut challenge = [0u8; CHALLENGE_BYTES];
     genuine.read_exact(&mut challenge).unwrap();
-    let mut recorder = Recorder { input: std::io::Cursor::new(challenge.to_vec()), output: Vec::new() };
-    let _ = auth::dial(&mut recorder, secret, purpose);
-    let answer = recorder.output[..RESPONSE_BYTES].to_vec();
+    let answer = auth::Answer::new(secret, purpose, &challenge).unwrap().bytes;
     drop(genuine);
     let mut replay = TcpStream::connect(addr).unwrap();
     from.push(replay.local_addr().unwrap().to_string());

@@ -212,21 +212,50 @@ pub fn accept(stream: &mut (impl Read + Write), secret: &RunSecret, purpose: Pur
     Ok(())
 }
 
+/// The dialer's answer to one challenge, and what it needs to check the acceptor's proof.
+pub struct Answer {
+    pub bytes: [u8; RESPONSE_BYTES],
+    nonce_a: [u8; NONCE_BYTES],
+    nonce_d: [u8; NONCE_BYTES],
+    purpose: Purpose,
+}
+
+impl Answer {
+    /// Answers the acceptor's `challenge` bytes with a fresh nonce of the dialer's.
+    pub fn new(secret: &RunSecret, purpose: Purpose, challenge: &[u8; CHALLENGE_BYTES]) -> Result<Answer, AuthError> {
+        let (magic, nonce) = challenge.split_at(MAGIC.len());
+        if magic != MAGIC {
+            return Err(AuthError::NotAChallenge);
+        }
+        let mut nonce_a = [0u8; NONCE_BYTES];
+        nonce_a.copy_from_slice(nonce);
+        let mut nonce_d = [0u8; NONCE_BYTES];
+        fill_random(&mut nonce_d)?;
+        let mac = secret.mac(b"dialer", purpose, &nonce_a, &nonce_d).finalize().into_bytes();
+        let mut bytes = [0u8; RESPONSE_BYTES];
+        bytes[..NONCE_BYTES].copy_from_slice(&nonce_d);
+        bytes[NONCE_BYTES..].copy_from_slice(&mac);
+        Ok(Answer { bytes, nonce_a, nonce_d, purpose })
+    }
+
+    /// Whether the acceptor's proof shows it holds the secret.
+    pub fn check_proof(&self, secret: &RunSecret, proof: &[u8; PROOF_BYTES]) -> Result<(), AuthError> {
+        secret
+            .mac(b"acceptor", self.purpose, &self.nonce_d, &self.nonce_a)
+            .verify_slice(proof)
+            .map_err(|_| AuthError::BadProof)
+    }
+}
+
 /// The dialer's side on a blocking stream: answer the challenge, check the acceptor's proof.
 pub fn dial(stream: &mut (impl Read + Write), secret: &RunSecret, purpose: Purpose) -> Result<(), AuthError> {
     let mut challenge = [0u8; CHALLENGE_BYTES];
     read_all(stream, &mut challenge)?;
-    let (magic, nonce_a) = challenge.split_at(MAGIC.len());
-    if magic != MAGIC {
-        return Err(AuthError::NotAChallenge);
-    }
-    let mut nonce_d = [0u8; NONCE_BYTES];
-    fill_random(&mut nonce_d)?;
-    let mac = secret.mac(b"dialer", purpose, nonce_a, &nonce_d).finalize().into_bytes();
-    stream.write_all(&[&nonce_d[..], &mac[..]].concat())?;
+    let answer = Answer::new(secret, purpose, &challenge)?;
+    stream.write_all(&answer.bytes)?;
     let mut proof = [0u8; PROOF_BYTES];
     read_all(stream, &mut proof)?;
-    secret.mac(b"acceptor", purpose, &nonce_d, nonce_a).verify_slice(&proof).map_err(|_| AuthError::BadProof)
+    answer.check_proof(secret, &proof)
 }
 
 /// `read_exact`, with a clean end of stream told apart from other failures.
@@ -339,16 +368,19 @@ mod tests {
     #[test]
     fn replayed_bytes_of_a_real_handshake_fail_on_a_new_connection() {
         let s = RunSecret::generate().unwrap();
-        // A genuine handshake, recorded from the acceptor's side.
+        // A genuine handshake, recorded: the acceptor's challenge, the dialer's answer, the proof.
         let (challenge, sent) = Challenge::new(Purpose::Store).unwrap();
-        let mut wire = std::io::Cursor::new(Vec::new());
-        let mut duplex = Duplex { input: std::io::Cursor::new(sent.to_vec()), output: &mut wire };
-        let _ = dial(&mut duplex, &s, Purpose::Store);
-        let recorded: [u8; RESPONSE_BYTES] = wire.get_ref()[..RESPONSE_BYTES].try_into().unwrap();
-        assert!(challenge.check(&s, &recorded).is_ok());
+        let answer = Answer::new(&s, Purpose::Store, &sent).unwrap();
+        let proof = challenge.check(&s, &answer.bytes).unwrap();
+        assert!(answer.check_proof(&s, &proof).is_ok());
         // The same answer to the next connection's challenge is refused.
         let (next, _) = Challenge::new(Purpose::Store).unwrap();
-        assert!(matches!(next.check(&s, &recorded), Err(AuthError::BadProof)));
+        assert!(matches!(next.check(&s, &answer.bytes), Err(AuthError::BadProof)));
+        // And a proof recorded from one acceptor does not pass for another dialer's answer.
+        let (_, other_sent) = Challenge::new(Purpose::Store).unwrap();
+        let other = Answer::new(&s, Purpose::Store, &other_sent).unwrap();
+        assert!(matches!(other.check_proof(&s, &proof), Err(AuthError::BadProof)));
+        assert!(matches!(Answer::new(&s, Purpose::Store, &[0u8; CHALLENGE_BYTES]), Err(AuthError::NotAChallenge)));
     }
 
     #[test]
@@ -382,26 +414,5 @@ mod tests {
         assert_eq!(seen.len() as u64, REPORT_FIRST + 1);
         assert_eq!(seen[0].peer, "10.0.0.9:4242");
         assert_eq!(seen.last().unwrap().count, 1000);
-    }
-
-    /// Reads from one buffer, writes to another: a recorded conversation.
-    struct Duplex<'a> {
-        input: std::io::Cursor<Vec<u8>>,
-        output: &'a mut std::io::Cursor<Vec<u8>>,
-    }
-
-    impl Read for Duplex<'_> {
-        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-            self.input.read(buf)
-        }
-    }
-
-    impl Write for Duplex<'_> {
-        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-            self.output.write(buf)
-        }
-        fn flush(&mut self) -> io::Result<()> {
-            Ok(())
-        }
     }
 }

@@ -187,31 +187,9 @@ fn bad_rendezvous_arguments_are_refused_with_the_values() {
     assert!(err.contains(&addr_key(1)), "{err}");
 }
 
-/// Answers a recorded challenge, keeping what it wrote.
-struct Recorder {
-    input: std::io::Cursor<Vec<u8>>,
-    output: Vec<u8>,
-}
-
-impl Read for Recorder {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.input.read(buf)
-    }
-}
-
-impl Write for Recorder {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.output.extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
 #[test]
 fn connections_without_the_secret_never_take_a_ranks_place() {
-    use crate::collective::auth::{CHALLENGE_BYTES, RESPONSE_BYTES};
+    use crate::collective::auth::CHALLENGE_BYTES;
     let secret = RunSecret::generate().unwrap();
     let (refused_tx, refused) = mpsc::channel();
     let report = Arc::new(move |r| refused_tx.send(r).unwrap());
@@ -250,9 +228,7 @@ fn connections_without_the_secret_never_take_a_ranks_place() {
     let mut first = TcpStream::connect(&ring0).unwrap();
     let mut challenge = [0u8; CHALLENGE_BYTES];
     first.read_exact(&mut challenge).unwrap();
-    let mut recorder = Recorder { input: std::io::Cursor::new(challenge.to_vec()), output: Vec::new() };
-    let _ = crate::collective::auth::dial(&mut recorder, &secret, Purpose::Ring);
-    let answer = recorder.output[..RESPONSE_BYTES].to_vec();
+    let answer = crate::collective::auth::Answer::new(&secret, Purpose::Ring, &challenge).unwrap().bytes;
     attackers.push(first.local_addr().unwrap().to_string());
     drop(first);
     let mut replay = TcpStream::connect(&ring0).unwrap();
