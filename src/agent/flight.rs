@@ -87,16 +87,21 @@ impl Seen {
         out
     }
 
-    /// The default group's entries not sent yet in their present state, oldest first.
+    /// The default group's entries not sent yet in their present state, oldest first. An entry
+    /// first seen finished is sent once, completed (its enqueue time is in that record too): a
+    /// fast job's dump is mostly such entries, and a record each instead of two halves what the
+    /// agent, the server and the store handle for it.
     fn records(&mut self, dump: &Dump) -> Vec<CollectiveRecord> {
         let mut out = Vec::new();
         for e in dump.entries.iter().filter(|e| e.group == DEFAULT_GROUP && !e.is_p2p) {
             let Some(rec) = record(e) else { continue };
-            if self.scheduled.insert(e.seq) {
-                out.push(CollectiveRecord { state: CollectiveState::Scheduled, end_us: None, ..rec.clone() });
-            }
-            if e.finished() && self.completed.insert(e.seq) {
-                out.push(rec);
+            let new = self.scheduled.insert(e.seq);
+            if e.finished() {
+                if self.completed.insert(e.seq) {
+                    out.push(rec);
+                }
+            } else if new {
+                out.push(CollectiveRecord { state: CollectiveState::Scheduled, end_us: None, ..rec });
             }
         }
         out
@@ -158,5 +163,17 @@ mod tests {
         assert_eq!((timed.elements, timed.bytes), (1024, 4096));
         let untimed = record(&entry(None)).expect("an all_reduce");
         assert_eq!((untimed.start_us, untimed.end_us), (None, None));
+    }
+
+    #[test]
+    fn an_entry_is_sent_scheduled_while_pending_then_completed_and_once_if_first_seen_done() {
+        let dump = |entries: Vec<Entry>| Dump { version: "2.10".into(), groups: Vec::new(), entries };
+        let at = |seq, state| Entry { seq, group: DEFAULT_GROUP.into(), state, ..entry(None) };
+        let mut seen = Seen::default();
+        let states = |recs: Vec<CollectiveRecord>| recs.iter().map(|r| (r.seq, r.state)).collect::<Vec<_>>();
+        let first = seen.records(&dump(vec![at(1, EntryState::Completed), at(2, EntryState::Scheduled)]));
+        assert_eq!(states(first), [(1, CollectiveState::Completed), (2, CollectiveState::Scheduled)]);
+        let again = seen.records(&dump(vec![at(1, EntryState::Completed), at(2, EntryState::Completed)]));
+        assert_eq!(states(again), [(2, CollectiveState::Completed)], "nothing twice; seq 2 now done");
     }
 }

@@ -119,6 +119,17 @@ pub struct Analyzer {
     stragglers: straggler::Stragglers,
 }
 
+/// Whether a rank's recorder shows its program in its loop: a collective open now that it
+/// completed before in the same group with the same op and sizes (a training step repeating).
+/// Start-up collectives (DDP's broadcasts, a first all-reduce) do not repeat yet.
+fn repeating(dump: &crate::torchfr::Dump) -> bool {
+    let open = dump.entries.iter().filter(|e| !e.finished());
+    let mut done = dump.entries.iter().filter(|e| e.finished());
+    open.into_iter()
+        .any(|o| done.clone().any(|d| d.group == o.group && d.name == o.name && d.input_sizes == o.input_sizes))
+        && done.next().is_some()
+}
+
 impl Analyzer {
     pub fn new(cfg: Config, world_size: u32, now_ms: u64) -> Analyzer {
         Analyzer {
@@ -251,10 +262,12 @@ impl Analyzer {
         r.torch = Some(snapshot.clone());
         self.armed = true;
         if moved {
-            // Collectives that keep completing after the first look: the program is past its
-            // start-up, so the start-up slack no longer applies (a program whose log gives no
-            // step time would otherwise wait six floors).
-            if had {
+            // Collectives that keep completing after the first look, or a collective open now
+            // that the rank already completed once (its loop repeating): the program is past
+            // its start-up, so the start-up slack no longer applies (a program whose log gives
+            // no step time would otherwise wait six floors, also when it hung before the
+            // shim's first look).
+            if had || repeating(&snapshot.dump) {
                 self.stepped = true;
             }
             self.progress(now_ms);

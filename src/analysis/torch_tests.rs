@@ -81,3 +81,28 @@ fn a_finished_run_or_no_dump_gives_no_torch_verdict() {
     assert!(judge(&ranks("healthy", 2), 0, 5_000).is_none());
     assert!(judge(&BTreeMap::new(), 0, 5_000).is_none());
 }
+
+#[test]
+fn a_torch_job_that_hung_before_the_first_look_gets_no_start_up_slack_once_its_loop_repeats() {
+    use super::{Analyzer, Config};
+    use crate::protocol::AgentEvent;
+    let cfg = Config {
+        hang_floor_ms: 5000,
+        hang_k: 10.0,
+        straggler_margin_pct: 25.0,
+        straggler_window_steps: 5,
+        heartbeat_lost_ms: 10_000,
+    };
+    let ranks = ranks("sleep", 2);
+    let mut a = Analyzer::new(cfg.clone(), 2, 1_000);
+    // Rank 0 is inside all_reduce #8, which repeats the #7 it completed: past its start-up.
+    let snapshot = Box::new(ranks[&0].torch.clone().expect("rank 0's dump"));
+    a.observe(1_000, &AgentEvent::TorchFlight { rank: crate::ids::Rank(0), snapshot });
+    assert_eq!(a.hang_threshold_ms(), 5000, "the floor, not the start-up slack");
+    // Only init collectives done and nothing open that repeats: still starting, slack applies.
+    let mut b = Analyzer::new(cfg, 2, 1_000);
+    let mut early = ranks[&1].torch.clone().expect("rank 1's dump");
+    early.dump.entries.retain(|e| e.finished());
+    b.observe(1_000, &AgentEvent::TorchFlight { rank: crate::ids::Rank(1), snapshot: Box::new(early) });
+    assert!(b.hang_threshold_ms() > 5000, "{}", b.hang_threshold_ms());
+}
