@@ -123,11 +123,11 @@ pub struct Analyzer {
 /// completed before in the same group with the same op and sizes (a training step repeating).
 /// Start-up collectives (DDP's broadcasts, a first all-reduce) do not repeat yet.
 fn repeating(dump: &crate::torchfr::Dump) -> bool {
-    let open = dump.entries.iter().filter(|e| !e.finished());
-    let mut done = dump.entries.iter().filter(|e| e.finished());
-    open.into_iter()
-        .any(|o| done.clone().any(|d| d.group == o.group && d.name == o.name && d.input_sizes == o.input_sizes))
-        && done.next().is_some()
+    let done = || dump.entries.iter().filter(|e| e.finished());
+    dump.entries
+        .iter()
+        .filter(|e| !e.finished())
+        .any(|o| done().any(|d| d.group == o.group && d.name == o.name && d.input_sizes == o.input_sizes))
 }
 
 impl Analyzer {

@@ -17,14 +17,19 @@ struct Sim {
     beats: bool,
 }
 
-fn sim(world: u32) -> Sim {
-    let cfg = Config {
+/// The analysis settings every test here and in `torch_tests` runs with.
+pub(super) fn config() -> Config {
+    Config {
         hang_floor_ms: 5000,
         hang_k: 10.0,
         straggler_margin_pct: 25.0,
         straggler_window_steps: 5,
         heartbeat_lost_ms: 10_000,
-    };
+    }
+}
+
+fn sim(world: u32) -> Sim {
+    let cfg = config();
     let mut s =
         Sim { a: Analyzer::new(cfg, world, T0), now: T0, world, seq: 0, step: 0, given: Vec::new(), beats: true };
     for r in 0..world {

@@ -84,15 +84,9 @@ fn a_finished_run_or_no_dump_gives_no_torch_verdict() {
 
 #[test]
 fn a_torch_job_that_hung_before_the_first_look_gets_no_start_up_slack_once_its_loop_repeats() {
-    use super::{Analyzer, Config};
+    use super::Analyzer;
     use crate::protocol::AgentEvent;
-    let cfg = Config {
-        hang_floor_ms: 5000,
-        hang_k: 10.0,
-        straggler_margin_pct: 25.0,
-        straggler_window_steps: 5,
-        heartbeat_lost_ms: 10_000,
-    };
+    let cfg = super::tests::config();
     let ranks = ranks("sleep", 2);
     let mut a = Analyzer::new(cfg.clone(), 2, 1_000);
     // Rank 0 is inside all_reduce #8, which repeats the #7 it completed: past its start-up.

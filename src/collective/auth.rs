@@ -35,6 +35,9 @@ pub const CHALLENGE_BYTES: usize = MAGIC.len() + NONCE_BYTES;
 pub const RESPONSE_BYTES: usize = NONCE_BYTES + MAC_BYTES;
 /// What the acceptor proves back.
 pub const PROOF_BYTES: usize = MAC_BYTES;
+/// How long either side waits for the other's next handshake message: a peer that connects
+/// and says nothing holds one store thread or one ring slot this long, never the run.
+pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 /// Refusals reported one by one; after these, every `REPORT_EVERY`-th, so a flood of bad
 /// connections stays a handful of events and still shows its count.
 const REPORT_FIRST: u64 = 16;

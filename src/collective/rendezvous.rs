@@ -8,7 +8,7 @@
 //!
 //! Before its first request every connection passes the run's handshake (`auth`, purpose
 //! `store`); one that fails it is closed, counted and reported through the run's `Gate`.
-use super::auth::{Gate, Purpose};
+use super::auth::{Gate, Purpose, HANDSHAKE_TIMEOUT};
 use super::CollectiveError;
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -27,9 +27,6 @@ const REPLY_TIMEOUT: Duration = Duration::from_secs(60);
 const GET_GRACE: Duration = Duration::from_secs(5);
 /// Between connection attempts while the store is not listening yet.
 const CONNECT_RETRY: Duration = Duration::from_millis(50);
-/// How long either side waits for the other's next handshake message: a peer that connects
-/// and says nothing holds one connection thread this long, never the store.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 const OP_SET: u8 = 1;
 const OP_GET: u8 = 2;

@@ -8,8 +8,8 @@
 mod admit;
 mod exchange;
 
-use super::auth::{Gate, Purpose};
-use super::rendezvous::{StoreClient, HANDSHAKE_TIMEOUT};
+use super::auth::{Gate, Purpose, HANDSHAKE_TIMEOUT};
+use super::rendezvous::StoreClient;
 use super::{Collective, CollectiveError, InjectedFault};
 use crate::ids::Rank;
 use crate::protocol::message::CollectiveOp;
@@ -213,6 +213,12 @@ fn hello(rank: u32, world_size: u32) -> [u8; HELLO_BYTES] {
     out[8..12].copy_from_slice(&rank.to_le_bytes());
     out[12..].copy_from_slice(&world_size.to_le_bytes());
     out
+}
+
+/// `hello`'s rank and world size, or None for bytes that are not a ring hello.
+fn parse_hello(bytes: &[u8; HELLO_BYTES]) -> Option<(u32, u32)> {
+    let word = |i: usize| u32::from_le_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]);
+    (bytes[..HELLO_MAGIC.len()] == HELLO_MAGIC).then(|| (word(8), word(12)))
 }
 
 /// Connects to the next rank, which is listening already: it published after binding.

@@ -2,9 +2,8 @@
 //! run's handshake (`auth`, purpose `ring`) and then the ring hello, all of them at once in one
 //! `poll`, so a peer that connects and says nothing holds up nobody, and the first connection
 //! that proves the secret and names the previous rank becomes the link.
-use super::{exchange, left, HELLO_BYTES, HELLO_MAGIC};
-use crate::collective::auth::{Challenge, Gate, PROOF_BYTES, RESPONSE_BYTES};
-use crate::collective::rendezvous::HANDSHAKE_TIMEOUT;
+use super::{exchange, left, parse_hello, HELLO_BYTES};
+use crate::collective::auth::{Challenge, Gate, HANDSHAKE_TIMEOUT, PROOF_BYTES, RESPONSE_BYTES};
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
@@ -92,14 +91,12 @@ impl Pending {
                     self.stage = Stage::Hello;
                 }
                 Stage::Hello => {
-                    if got[..HELLO_MAGIC.len()] != HELLO_MAGIC {
-                        return match gate.secret() {
-                            Some(_) => Step::Drop("its hello is not a ring hello".into()),
-                            None => Step::Refuse("not a ring hello".into()),
-                        };
-                    }
-                    let word = |i: usize| u32::from_le_bytes([got[i], got[i + 1], got[i + 2], got[i + 3]]);
-                    return Step::Done(word(8), word(12));
+                    let hello = <[u8; HELLO_BYTES]>::try_from(&got[..]).ok().and_then(|h| parse_hello(&h));
+                    return match (hello, gate.secret()) {
+                        (Some((rank, world)), _) => Step::Done(rank, world),
+                        (None, Some(_)) => Step::Drop("its hello is not a ring hello".into()),
+                        (None, None) => Step::Refuse("not a ring hello".into()),
+                    };
                 }
             }
         }
