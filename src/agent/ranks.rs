@@ -119,6 +119,10 @@ pub(super) fn prepare(cmd: &mut tokio::process::Command, spec: &AgentSpec, paths
         // A resumed run: every rank restores this checkpoint before its first step.
         cmd.env("FLIGHTDECK_RESUME_FROM", dir);
     }
+    if let Some(dir) = &spec.init_from {
+        // `[init] from`: every rank starts from these weights.
+        cmd.env("FLIGHTDECK_INIT_FROM", dir);
+    }
     // A user's program gets the user's own umask back (a worker keeps flightdeck's 077: its
     // checkpoints are the run's).
     let umask = matches!(spec.recipe.kind, Kind::Command).then(crate::private_files::user_umask);

@@ -17,6 +17,7 @@ fn spec(argv: &str, ranks: &[(u32, u32)], world: u32) -> AgentSpec {
         stop_grace_ms: 1000,
         save_grace_ms: 1000,
         resume_from: None,
+        init_from: None,
         secret: crate::collective::auth::RunSecret::generate().expect("secret"),
     }
 }

@@ -326,7 +326,8 @@ impl Analyzer {
             // Someone else knocking on the rank's port says nothing about the rank's progress.
             RankMsg::Refused(_) => return Vec::new(),
             // A finished save is work done: it counts as progress below.
-            RankMsg::CheckpointSaved(_) | RankMsg::CheckpointFailed { .. } => {}
+            // So is an eval's result.
+            RankMsg::CheckpointSaved(_) | RankMsg::CheckpointFailed { .. } | RankMsg::Metrics { .. } => {}
         }
         self.progress(now_ms);
         Vec::new()

@@ -24,6 +24,7 @@ pub fn run_json(r: &RunRecord) -> Value {
         "duration_s": duration_s,
         "parent": r.parent.as_ref().map(|p| p.as_str()),
         "resumed_from": r.resumed_from.as_ref().map(|p| json!({"step": p.step, "path": p.path})),
+        "init_from": r.init_from.as_ref().map(|i| json!({"run": i.run.as_ref().map(|r| r.as_str()), "step": i.step, "path": i.path})),
     })
 }
 

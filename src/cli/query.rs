@@ -60,10 +60,13 @@ pub async fn runs(db: &DbPaths, json: bool) -> anyhow::Result<i32> {
         let loss = r.last_loss.map(|l| format!("{l:.4}")).unwrap_or_else(|| "-".into());
         let dur = v["duration_s"].as_f64().unwrap_or(0.0);
         // A resumed run's parent and the step it took over from (`-` for a fresh run).
-        let parent = match (&r.parent, &r.resumed_from) {
-            (Some(p), Some(from)) => format!("{p}@{}", from.step),
-            (Some(p), None) => p.to_string(),
-            (None, _) => "-".into(),
+        // A run started from another's weights: `from RUN@STEP`.
+        let parent = match (&r.parent, &r.resumed_from, &r.init_from) {
+            (Some(p), Some(from), _) => format!("{p}@{}", from.step),
+            (Some(p), None, Some(init)) => format!("from {p}@{}", init.step),
+            (Some(p), None, None) => p.to_string(),
+            (None, _, Some(init)) => format!("from {}", init.path),
+            (None, _, None) => "-".into(),
         };
         println!(
             "{:<22} {:<11} {:<16} {:>5} {:>11} {:>9} {:>8.0}s  {parent}",
@@ -98,6 +101,9 @@ pub async fn attach(db: &DbPaths, run: &str) -> anyhow::Result<i32> {
     crate::ui::run(db, crate::ui::Start::Open(id)).await
 }
 
+/// The eval's metric (`worker::eval`), which `show` summarises.
+const EVAL_METRIC: &str = "eval/exact_match";
+
 pub async fn show(db: &DbPaths, run: &str, json: bool) -> anyhow::Result<i32> {
     let d: RunDetail = match ask(db, Request::ShowRun { run: run.into() }).await? {
         Ok(Reply::Run { detail }) => *detail,
@@ -118,6 +124,35 @@ pub async fn show(db: &DbPaths, run: &str, json: bool) -> anyhow::Result<i32> {
     );
     println!("world    {} on {}", r.world_size, r.hosts.join(", "));
     println!("steps    {}/{}", r.step, r.steps_planned);
+    match (&r.parent, &r.resumed_from, &r.init_from) {
+        (Some(p), Some(from), _) => {
+            println!("lineage  resumed run {p} from its checkpoint step {} ({})", from.step, from.path)
+        }
+        (_, _, Some(init)) => match &init.run {
+            Some(p) => println!("lineage  started from the weights of run {p} at step {} ({})", init.step, init.path),
+            None => println!("lineage  started from the weights of {}", init.path),
+        },
+        _ => {}
+    }
+    if d.metrics.iter().any(|m| m == EVAL_METRIC) {
+        let points =
+            match ask(db, Request::Metrics { run: r.id.to_string(), key: Some(EVAL_METRIC.into()), rank: Some(0) })
+                .await?
+            {
+                Ok(Reply::Metrics { points }) => points,
+                _ => Vec::new(),
+            };
+        if let (Some(first), Some(last)) = (points.first(), points.last()) {
+            println!(
+                "eval     exact match {:.3} at step {} → {:.3} at step {} ({} evals)",
+                first.value,
+                first.step,
+                last.value,
+                last.step,
+                points.len()
+            );
+        }
+    }
     let s = &d.summary;
     let f = |x: Option<f64>, unit: &str| x.map(|v| format!("{v:.4}{unit}")).unwrap_or_else(|| "-".into());
     println!("loss     first 10 steps {} → last 10 steps {}", f(s.loss_first10_mean, ""), f(s.loss_last10_mean, ""));

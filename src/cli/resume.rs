@@ -72,8 +72,11 @@ async fn overridden(client: &mut Client, run: &str, overrides: &[String]) -> any
     };
     let parent: crate::recipe::Recipe = serde_json::from_str(&detail.run.recipe_json)
         .map_err(|e| anyhow::anyhow!("run {}: its stored recipe cannot be read: {e}", detail.run.id))?;
-    if parent.kind != crate::recipe::Kind::Pretrain {
-        return Ok(Err(format!("run {}: only kind = \"pretrain\" runs have checkpoints to resume", detail.run.id)));
+    if !matches!(parent.kind, crate::recipe::Kind::Pretrain | crate::recipe::Kind::Sft) {
+        return Ok(Err(format!(
+            "run {}: only kind = \"pretrain\" and \"sft\" runs have checkpoints to resume",
+            detail.run.id
+        )));
     }
     let text = recipe_toml::to_toml(&parent).map_err(|e| anyhow::anyhow!("run {}: {e}", detail.run.id))?;
     let origin = format!("run {}'s recipe", detail.run.id);

@@ -73,7 +73,7 @@ impl RunState {
                 info.last_seen_ms = Some(t_ms);
                 match msg {
                     RankMsg::Register { pid, .. } => info.pid = Some(*pid),
-                    RankMsg::Collective(_) => {}
+                    RankMsg::Collective(_) | RankMsg::Metrics { .. } => {}
                     RankMsg::Finished { .. } => info.phase = Some(Phase::Done),
                     RankMsg::Phase { phase, .. } => info.phase = Some(*phase),
                     RankMsg::CheckpointSaved(c) => event(EventKind::CheckpointSaved, Some(rank.0), saved_text(c)),

@@ -4,7 +4,7 @@ pub use crate::record::{signal_name, CollectiveOp, CollectiveRecord, CollectiveS
 use serde::{Deserialize, Serialize};
 
 /// Bumped on any change to these types; peers with another version are refused.
-pub const PROTOCOL_VERSION: u32 = 7;
+pub const PROTOCOL_VERSION: u32 = 8;
 
 /// The first frame on every connection, in both directions.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -104,6 +104,12 @@ pub enum RankMsg {
     },
     /// The rank's ring listener turned a connection away (no or a wrong secret).
     Refused(Refusal),
+    /// Metrics a trainer kind adds to the standard step's (`mean_token_accuracy`, an eval's
+    /// `eval/exact_match`, DPO's `rewards/margins`), by their stored names, at `step`.
+    Metrics {
+        step: Step,
+        metrics: Vec<(String, f64)>,
+    },
 }
 
 /// A connection to one of the run's TCP ports that failed the handshake on the run's secret

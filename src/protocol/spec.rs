@@ -46,6 +46,10 @@ pub struct AgentSpec {
     /// A resumed run: the checkpoint directory every rank restores (FLIGHTDECK_RESUME_FROM).
     #[serde(default)]
     pub resume_from: Option<PathBuf>,
+    /// `[init] from`, resolved: the checkpoint directory whose weights every rank starts from
+    /// (FLIGHTDECK_INIT_FROM).
+    #[serde(default)]
+    pub init_from: Option<PathBuf>,
     /// The run's secret: every TCP connection of the run proves it (`collective::auth`). This
     /// file is owner-only, and travels over the SSH channel, never on a command line.
     pub secret: crate::collective::auth::RunSecret,

@@ -1,6 +1,7 @@
 //! Recipes: TOML data parsed into raw serde structs, then validated once into typed values.
 mod check;
 mod error;
+mod post;
 mod raw;
 mod sections;
 #[cfg(test)]
@@ -15,8 +16,8 @@ pub use validate::{load_file, parse_str};
 
 use serde::{Deserialize, Serialize};
 
-/// What a run trains. Only `Pretrain` and `Command` run today; the others are named so recipes
-/// can say what they are, and are refused with a clear message until their trainers exist.
+/// What a run trains. `Pretrain`, `Sft` and `Command` run today; the others are named so
+/// recipes can say what they are, and are refused with a clear message until their trainers exist.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Kind {
@@ -286,6 +287,57 @@ pub struct Recipe {
     /// Absent in recipes stored before the section existed: the defaults apply.
     #[serde(default)]
     pub analysis: Analysis,
+    /// `[init]`: the weights the run starts from, else a fresh initialisation from train.seed.
+    #[serde(default)]
+    pub init: Option<Init>,
+    /// `[eval]`: greedy exact match on held-out prompts (off in recipes stored before it).
+    #[serde(default)]
+    pub eval: Eval,
+}
+
+/// `[init] from`: another run's verified checkpoint weights, with a fresh optimizer. The server
+/// resolves it at launch (`server::init`); the model's shape must match the checkpoint's.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Init {
+    pub from: InitFrom,
+}
+
+/// What `[init] from` names.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum InitFrom {
+    /// `"RUN"` (its newest checkpoint that verifies) or `"RUN@STEP"`: a run id, a unique id
+    /// prefix or a run name, as `flightdeck show` takes.
+    Run { run: String, step: Option<u64> },
+    /// A checkpoint step directory (`.../ckpt/step-00000200`), or a run's checkpoint
+    /// directory (its newest step that verifies).
+    Path(std::path::PathBuf),
+}
+
+impl InitFrom {
+    /// As the recipe spells it: `RUN`, `RUN@STEP` or the path.
+    pub fn text(&self) -> String {
+        match self {
+            InitFrom::Run { run, step: Some(s) } => format!("{run}@{s}"),
+            InitFrom::Run { run, step: None } => run.clone(),
+            InitFrom::Path(p) => p.display().to_string(),
+        }
+    }
+}
+
+/// `[eval]`: every `every` steps (and before the first, and after the last), each rank answers
+/// its share of `prompts` held-out prompts greedily, at most `max_new_tokens` tokens each; the
+/// share answered exactly is `eval/exact_match`. `every = 0` turns it off.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Eval {
+    pub every: u64,
+    pub prompts: u32,
+    pub max_new_tokens: u32,
+}
+
+impl Default for Eval {
+    fn default() -> Eval {
+        Eval { every: 0, prompts: 64, max_new_tokens: 4 }
+    }
 }
 
 /// The server's hang and straggler analysis (DESIGN §9).
@@ -322,7 +374,10 @@ impl Recipe {
 }
 
 /// The synthetic generators shipped in the project, with the vocabulary each needs.
-pub const SYNTHETIC_GENERATORS: &[(&str, u32)] = &[("arith", 16), ("tokens", 50257)];
+pub const SYNTHETIC_GENERATORS: &[(&str, u32)] = &[("arith", 16), ("arith-qa", 16), ("tokens", 50257)];
+
+/// The generators whose items are (prompt, response) pairs, for `kind = "sft"`.
+pub const PAIR_GENERATORS: &[&str] = &["arith-qa"];
 
 /// `file:` sources are read as bytes, so the model needs the whole byte vocabulary.
 pub const FILE_VOCAB: u32 = 256;

@@ -21,6 +21,24 @@ pub(super) struct RawRecipe {
     pub fault: Option<RawFault>,
     pub command: Option<RawCommand>,
     pub analysis: Option<RawAnalysis>,
+    pub init: Option<RawInit>,
+    pub eval: Option<RawEval>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawInit {
+    pub from: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawEval {
+    pub every: Option<i64>,
+    pub prompts: Option<i64>,
+    pub max_new_tokens: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -252,6 +270,8 @@ pub(super) const TABLES: &[(&str, &[(&str, Ty)])] = &[
             ("straggler_window_steps", Ty::Int),
         ],
     ),
+    ("init", &[("from", Ty::Str)]),
+    ("eval", &[("every", Ty::Int), ("prompts", Ty::Int), ("max_new_tokens", Ty::Int)]),
 ];
 
 /// The keys of a table, if it is one the schema knows.

@@ -1,6 +1,6 @@
 //! Recipe tests: every shipped recipe loads, defaults and `--set` behave; helpers shared with
 //! `tests_invalid.rs`.
-use super::raw::RawAnalysis;
+use super::raw::{RawAnalysis, RawEval, RawInit};
 use super::raw::{RawCheckpoint, RawCluster, RawCommand, RawData, RawFault, RawModel};
 use super::raw::{RawParallel, RawRecipe, RawTelemetry, RawTrain, TABLES, TOP_KEYS};
 use super::*;
@@ -289,6 +289,8 @@ fn schema_and_raw_structs_name_the_same_keys() {
         fault: Some(RawFault::default()),
         command: Some(RawCommand::default()),
         analysis: Some(RawAnalysis::default()),
+        init: Some(RawInit::default()),
+        eval: Some(RawEval::default()),
         ..RawRecipe::default()
     };
     let json = serde_json::to_value(&full).expect("serialises");

@@ -135,9 +135,11 @@ fn vocab_must_cover_the_generator() {
 
 #[test]
 fn unsupported_kinds_and_devices_say_what_runs_today() {
-    let e = bad("kind-sft.toml");
+    let e = bad("kind-dpo.toml");
     assert_eq!(e.kind(), ErrorKind::Unsupported);
-    assert_mentions(&e, &["kind = \"sft\" has no trainer yet; valid today: pretrain, command"]);
+    assert_mentions(&e, &["kind = \"dpo\" has no trainer yet; valid today: pretrain, sft, command"]);
+    let e = bad("sft-on-sequences.toml");
+    assert_mentions(&e, &["data.source = \"synthetic:arith\" makes plain sequences", "synthetic:arith-qa"]);
     assert_mentions(&bad("nccl-on-cpu.toml"), &["parallel.backend = \"nccl\" needs cluster.device = \"cuda\"", "ring"]);
     assert_mentions(&bad("bf16-on-cpu.toml"), &["train.dtype = \"bf16\" needs cluster.device = \"cuda\"", "fp32"]);
     let e = with_set(&["parallel.tensor=2"]).expect_err("no tensor parallelism yet");

@@ -79,6 +79,9 @@ impl Check<'_> {
         let fault = self.fault(raw.fault.unwrap_or_default(), parallel.data, &train, trains)?;
         let command = self.command(raw.command, kind)?;
         let analysis = self.analysis(raw.analysis.unwrap_or_default())?;
+        self.pairing(kind, &data, &model)?;
+        let init = self.init(raw.init, kind)?;
+        let eval = self.eval(raw.eval, kind, &model, &data, &train)?;
         Ok(Recipe {
             name,
             kind,
@@ -92,6 +95,8 @@ impl Check<'_> {
             fault,
             command,
             analysis,
+            init,
+            eval,
         })
     }
 
@@ -119,11 +124,11 @@ impl Check<'_> {
         let kind = self.choice("kind", kind, Pretrain, &options)?;
         self.kind = options.iter().find(|(_, k)| *k == kind).map_or("pretrain", |(n, _)| n);
         match kind {
-            Pretrain | Command => Ok(kind),
-            Sft | Dpo | Grpo => Err(self.ctx.err(
+            Pretrain | Sft | Command => Ok(kind),
+            Dpo | Grpo => Err(self.ctx.err(
                 ErrorKind::Unsupported,
                 "kind",
-                format!("kind = \"{}\" has no trainer yet; valid today: pretrain, command", self.kind),
+                format!("kind = \"{}\" has no trainer yet; valid today: pretrain, sft, command", self.kind),
             )),
         }
     }
@@ -216,7 +221,7 @@ impl Check<'_> {
         ))
     }
 
-    fn source_text(&self, source: &DataSource) -> String {
+    pub(super) fn source_text(&self, source: &DataSource) -> String {
         match source {
             DataSource::Synthetic { generator } => format!("\"synthetic:{generator}\""),
             DataSource::File { path } => format!("\"file:{}\"", path.display()),

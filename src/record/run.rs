@@ -72,6 +72,18 @@ pub struct RunRecord {
     /// For a resumed run: the checkpoint of `parent` it started from.
     #[serde(default)]
     pub resumed_from: Option<ResumePoint>,
+    /// For a run with `[init] from`: the checkpoint whose weights it started from (`parent` is
+    /// that checkpoint's run, when it is one of the history's).
+    #[serde(default)]
+    pub init_from: Option<InitPoint>,
+}
+
+/// The checkpoint a run's starting weights came from (`[init] from`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InitPoint {
+    pub run: Option<RunId>,
+    pub step: u64,
+    pub path: String,
 }
 
 /// What a launch knows of a run before anything starts.
@@ -123,6 +135,7 @@ impl RunRecord {
             parent,
             agent_sockets,
             resumed_from,
+            init_from: None,
         }
     }
 }

@@ -1,13 +1,13 @@
 //! The one launch path, for every placement: parse the recipe, make the run directory, start
 //! the agents (`placement.rs`), record the run and its first event, and attach its link. A
 //! launch whose agents do not all start records nothing and leaves nothing behind.
-use super::placement::{Placement, Progress};
+use super::placement::{Placement, Progress, StartFrom};
 use super::tracker::Tracker;
 use super::Shared;
 use crate::ids::{unix_ms, RunId};
 use crate::protocol::spec::SshContext;
 use crate::recipe::Recipe;
-use crate::store::{Batch, EventKind, EventRecord, Lineage, RunMeta, RunRecord, RunStatus};
+use crate::store::{Batch, EventKind, EventRecord, InitPoint, Lineage, RunMeta, RunRecord, RunStatus};
 use anyhow::Context;
 use std::path::PathBuf;
 
@@ -18,6 +18,8 @@ pub struct LaunchRequest {
     pub recipe_path: String,
     pub name: Option<String>,
     pub lineage: Option<Lineage>,
+    /// `[init] from`, resolved (`server::init`): the weights the run starts from.
+    pub init: Option<InitPoint>,
     /// The asking client's SSH environment, for SSH placements.
     pub ssh: SshContext,
 }
@@ -32,8 +34,11 @@ pub async fn launch(shared: &Shared, req: LaunchRequest, progress: Progress) -> 
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     std::fs::write(dir.join("recipe.json"), &req.recipe_json)?;
     let placement = Placement::of(&recipe, req.ssh.clone());
-    let resume_from = req.lineage.as_ref().map(|l| PathBuf::from(&l.from.path));
-    let started = match placement.start(&shared.db, &run, &recipe, &req.recipe_json, resume_from, progress).await {
+    let from = StartFrom {
+        resume: req.lineage.as_ref().map(|l| PathBuf::from(&l.from.path)),
+        init: req.init.as_ref().map(|i| PathBuf::from(&i.path)),
+    };
+    let started = match placement.start(&shared.db, &run, &recipe, &req.recipe_json, from, progress).await {
         Ok(s) => s,
         Err(e) => {
             // Nothing was recorded: the run directory goes too, so a failed launch leaves no trace.
@@ -60,10 +65,20 @@ pub async fn launch(shared: &Shared, req: LaunchRequest, progress: Progress) -> 
     );
     // The run began when its launch did (the Events panel counts from here).
     record.created_ms = began_ms;
+    if let Some(init) = &req.init {
+        record.parent = init.run.clone();
+        record.init_from = Some(init.clone());
+    }
     let what = format!("run {} (recipe {})", record.name, recipe.name);
     let head = match &req.lineage {
         Some(l) => format!("resumed {what} from run {} at step {} ({})", l.parent, l.from.step, l.from.path),
-        None => format!("launched {what}"),
+        None => match &req.init {
+            Some(InitPoint { run: Some(p), step, path }) => {
+                format!("launched {what} from the weights of run {p} at step {step} ({path})")
+            }
+            Some(InitPoint { run: None, path, .. }) => format!("launched {what} from the weights of {path}"),
+            None => format!("launched {what}"),
+        },
     };
     let text = format!("{head} {}: {world} ranks{}", started.place, started.nodes_text);
     let mut batch = Batch::default();

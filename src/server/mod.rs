@@ -5,6 +5,7 @@ mod clients;
 mod import;
 mod incident;
 mod ingest;
+mod init;
 pub(crate) mod launch;
 mod link;
 mod placement;

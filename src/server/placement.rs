@@ -59,11 +59,11 @@ impl Placement {
         run: &RunId,
         recipe: &Recipe,
         recipe_json: &str,
-        resume_from: Option<PathBuf>,
+        from: StartFrom,
         progress: Progress,
     ) -> anyhow::Result<Started> {
         match self {
-            Placement::Local => start_local(db, run, recipe, resume_from).await,
+            Placement::Local => start_local(db, run, recipe, from).await,
             Placement::Ssh(ctx) => start_ssh(db, run, recipe, recipe_json, ctx.clone(), progress).await,
         }
     }
@@ -81,12 +81,14 @@ impl Placement {
     }
 }
 
-async fn start_local(
-    db: &DbPaths,
-    run: &RunId,
-    recipe: &Recipe,
-    resume_from: Option<PathBuf>,
-) -> anyhow::Result<Started> {
+/// The checkpoints a run's ranks start from: a resume's whole state, or `[init]`'s weights.
+#[derive(Clone, Debug, Default)]
+pub struct StartFrom {
+    pub resume: Option<PathBuf>,
+    pub init: Option<PathBuf>,
+}
+
+async fn start_local(db: &DbPaths, run: &RunId, recipe: &Recipe, from: StartFrom) -> anyhow::Result<Started> {
     let paths = RunDirPaths::new(db.run_dir(run));
     let world = recipe.world_size();
     let spec = AgentSpec {
@@ -102,7 +104,8 @@ async fn start_local(
         recipe: recipe.clone(),
         stop_grace_ms: STOP_GRACE_MS,
         save_grace_ms: SAVE_GRACE_MS,
-        resume_from,
+        resume_from: from.resume,
+        init_from: from.init,
         secret: crate::collective::auth::RunSecret::generate().context("drawing the run's secret")?,
     };
     std::fs::write(paths.spec(), serde_json::to_vec_pretty(&spec)?)?;

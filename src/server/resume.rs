@@ -68,17 +68,43 @@ pub async fn resume(
         recipe_path: parent.recipe_path.clone(),
         name,
         lineage: Some(lineage),
+        // The child restores its parent's whole checkpoint: the parent's own start is behind it.
+        init: None,
         ssh,
     };
     let run = launch(shared, req, progress).await?;
     Ok(crate::protocol::Reply::Resumed { run, parent: id, step: chosen.step, path: from.path, skipped: chosen.skipped })
 }
 
+/// How `child`'s model differs from the checkpoint's (`parent`'s), key by key; None when equal.
+pub(super) fn model_diff(child: &Recipe, parent: &Recipe) -> Option<String> {
+    if child.model == parent.model {
+        return None;
+    }
+    let (a, b) = (serde_json::to_value(&child.model), serde_json::to_value(&parent.model));
+    let diff: Vec<String> = match (a, b) {
+        (Ok(serde_json::Value::Object(a)), Ok(serde_json::Value::Object(b))) => a
+            .iter()
+            .filter(|(k, v)| b.get(*k) != Some(*v))
+            .map(|(k, v)| {
+                format!("model.{k} = {v}, the checkpoint's is {}", b.get(k).unwrap_or(&serde_json::Value::Null))
+            })
+            .collect(),
+        _ => vec!["the model differs".into()],
+    };
+    Some(diff.join("; "))
+}
+
 /// What a resume may change: anything but the model's shape and the world size (a checkpoint
 /// is not resharded), and it must leave steps to train (never zero steps that exit 0).
 pub fn check_resume(parent: &Recipe, child: &Recipe, step: u64, saved_world: u32) -> Result<(), String> {
-    if parent.kind != crate::recipe::Kind::Pretrain || child.kind != crate::recipe::Kind::Pretrain {
-        return Err("only kind = \"pretrain\" runs have checkpoints to resume".into());
+    use crate::recipe::Kind::{Pretrain, Sft};
+    if !matches!(parent.kind, Pretrain | Sft) || child.kind != parent.kind {
+        return Err(format!(
+            "only kind = \"pretrain\" and \"sft\" runs have checkpoints to resume, as their own kind (the run is {:?}, \
+             the resume {:?})",
+            parent.kind, child.kind
+        ));
     }
     if child.world_size() != saved_world {
         return Err(format!(
@@ -88,19 +114,8 @@ pub fn check_resume(parent: &Recipe, child: &Recipe, step: u64, saved_world: u32
             child.world_size()
         ));
     }
-    if child.model != parent.model {
-        let (a, b) = (serde_json::to_value(&child.model), serde_json::to_value(&parent.model));
-        let diff: Vec<String> = match (a, b) {
-            (Ok(serde_json::Value::Object(a)), Ok(serde_json::Value::Object(b))) => a
-                .iter()
-                .filter(|(k, v)| b.get(*k) != Some(*v))
-                .map(|(k, v)| {
-                    format!("model.{k} = {v}, the checkpoint's is {}", b.get(k).unwrap_or(&serde_json::Value::Null))
-                })
-                .collect(),
-            _ => vec!["the model differs".into()],
-        };
-        return Err(format!("{}: the model's shape must match the checkpoint's", diff.join("; ")));
+    if let Some(diff) = model_diff(child, parent) {
+        return Err(format!("{diff}: the model's shape must match the checkpoint's"));
     }
     if child.train.steps <= step {
         return Err(format!(

@@ -135,6 +135,15 @@ impl Tracker {
                     batch.points.push((run.clone(), name.into(), Point { step: m.step.0, rank: rank.0, value }));
                 }
             }
+            AgentEvent::Rank { rank, msg: RankMsg::Metrics { step, metrics } } => {
+                for (name, value) in metrics {
+                    batch.points.push((
+                        run.clone(),
+                        name.clone().into(),
+                        Point { step: step.0, rank: rank.0, value: *value },
+                    ));
+                }
+            }
             AgentEvent::Rank { rank, msg: RankMsg::Collective(rec) } => {
                 batch.collectives.push((run.clone(), rank.0, rec.clone()));
             }

@@ -130,6 +130,8 @@ impl Plan<'_> {
             save_grace_ms: SAVE_GRACE_MS,
             // Multi-node runs start fresh: `resume` of an SSH run is refused (docs/checkpoints.md).
             resume_from: None,
+            // Refused at launch for SSH runs (`server::init`).
+            init_from: None,
             secret: self.secret.clone(),
         }
     }

@@ -1,7 +1,7 @@
 //! The history: one sled database per `--db`, written only by the server's ingest task.
 pub use crate::record::{
-    Bucket, EventKind, EventRecord, Lineage, Point, RankInfo, ResumePoint, RunDetail, RunMeta, RunRecord, RunStatus,
-    Summary, VerdictRecord,
+    Bucket, EventKind, EventRecord, InitPoint, Lineage, Point, RankInfo, ResumePoint, RunDetail, RunMeta, RunRecord,
+    RunStatus, Summary, VerdictRecord,
 };
 
 pub mod checkpoints;

@@ -229,6 +229,11 @@ impl RunModel {
                     self.add_point(name, rank.0, Agg::point(m.step.0, v));
                 }
             }
+            AgentEvent::Rank { rank, msg: RankMsg::Metrics { step, metrics } } => {
+                for (name, v) in metrics {
+                    self.add_point(name, rank.0, Agg::point(step.0, *v));
+                }
+            }
             AgentEvent::Rank { rank, msg: RankMsg::Collective(rec) } => self.add_collective(rank.0, rec.clone()),
             AgentEvent::GpuSample(g) => {
                 self.gpus.insert(g.index, (**g).clone());

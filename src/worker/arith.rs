@@ -1,4 +1,5 @@
-//! `synthetic:arith`: chains of arithmetic facts such as `4+8=12;12-3=9;9*6=54;`.
+//! `synthetic:arith`: chains of arithmetic facts such as `4+8=12;12-3=9;9*6=54;`, and
+//! `synthetic:arith-qa`: the same chains cut before an answer, as (prompt, response) pairs.
 
 use super::data::Rng;
 
@@ -24,25 +25,63 @@ pub fn sequence(seed: u64, index: u64, len: usize) -> Vec<i64> {
     let mut out = Vec::with_capacity(len + 12);
     let mut a = rng.below(10);
     while out.len() < len {
-        let b = rng.below(10);
-        // Answers stay in 0..=99: an operator that would leave that range gives way.
-        let (op, c) = match rng.below(3) {
-            0 if a + b <= MAX_VALUE => (PLUS, a + b),
-            1 if a >= b => (MINUS, a - b),
-            2 if a * b <= MAX_VALUE => (TIMES, a * b),
-            _ if a >= b => (MINUS, a - b),
-            _ => (PLUS, a + b),
-        };
-        digits(a, &mut out);
-        out.push(op);
-        digits(b, &mut out);
-        out.push(EQUALS);
-        digits(c, &mut out);
-        out.push(END);
+        let (op, b, c) = fact(&mut rng, a);
+        push_fact(a, op, b, c, &mut out);
         a = c;
     }
     out.truncate(len);
     out
+}
+
+/// The `arith-qa` item at `index`: a chain of 0 to 3 whole facts and the next fact up to its
+/// `=` as the prompt, that fact's answer and `;` as the response (`3+4=7;7*2=` → `14;`). The
+/// prompt and response together fit in `max_len` tokens (facts are dropped from the front, so
+/// the first operand may then have two digits); `max_len` must be at least 8.
+pub fn qa(seed: u64, index: u64, max_len: usize) -> (Vec<i64>, Vec<i64>) {
+    // Another stream than `sequence`'s at the same index.
+    let mut rng = Rng::for_index(seed ^ 0x9a_0000, index);
+    let whole = rng.below(4) as usize;
+    let mut facts = Vec::with_capacity(whole + 1);
+    let mut a = rng.below(10);
+    for _ in 0..=whole {
+        let (op, b, c) = fact(&mut rng, a);
+        let mut tokens = Vec::with_capacity(9);
+        push_fact(a, op, b, c, &mut tokens);
+        facts.push(tokens);
+        a = c;
+    }
+    let last = facts.pop().unwrap_or_default();
+    let answer_at = last.iter().position(|&t| t == EQUALS).map_or(last.len(), |p| p + 1);
+    let mut first = 0;
+    while first < facts.len() && facts[first..].iter().map(Vec::len).sum::<usize>() + last.len() > max_len {
+        first += 1;
+    }
+    let mut prompt: Vec<i64> = facts[first..].concat();
+    prompt.extend_from_slice(&last[..answer_at]);
+    (prompt, last[answer_at..].to_vec())
+}
+
+/// The next fact from `a`: a fresh operator and a one-digit operand; answers stay in 0..=99
+/// (an operator that would leave that range gives way).
+fn fact(rng: &mut Rng, a: u64) -> (i64, u64, u64) {
+    let b = rng.below(10);
+    let (op, c) = match rng.below(3) {
+        0 if a + b <= MAX_VALUE => (PLUS, a + b),
+        1 if a >= b => (MINUS, a - b),
+        2 if a * b <= MAX_VALUE => (TIMES, a * b),
+        _ if a >= b => (MINUS, a - b),
+        _ => (PLUS, a + b),
+    };
+    (op, b, c)
+}
+
+fn push_fact(a: u64, op: i64, b: u64, c: u64, out: &mut Vec<i64>) {
+    digits(a, out);
+    out.push(op);
+    digits(b, out);
+    out.push(EQUALS);
+    digits(c, out);
+    out.push(END);
 }
 
 fn digits(n: u64, out: &mut Vec<i64>) {
@@ -101,5 +140,32 @@ mod tests {
             }
         }
         assert!(render(&sequence(1, 0, 40)).contains('='));
+    }
+
+    #[test]
+    fn qa_prompts_end_at_an_equals_and_responses_are_the_true_answer() {
+        let mut lengths = std::collections::BTreeSet::new();
+        for i in 0..500 {
+            let (prompt, response) = qa(3, i, 64);
+            let (p, r) = (render(&prompt), render(&response));
+            assert!(p.ends_with('=') && r.ends_with(';') && (2..=3).contains(&r.len()), "{p} {r}");
+            // The whole chain, answer included, is as true as `sequence`'s.
+            let fact = p.rsplit(';').next().unwrap();
+            let op = fact.find(['+', '-', '*']).unwrap();
+            let (a, b): (i64, i64) = (fact[..op].parse().unwrap(), fact[op + 1..fact.len() - 1].parse().unwrap());
+            let want = match &fact[op..op + 1] {
+                "+" => a + b,
+                "-" => a - b,
+                _ => a * b,
+            };
+            assert_eq!(r, format!("{want};"), "{p}");
+            lengths.insert(prompt.len());
+            // Cut to fit: the pair never passes max_len, and keeps its last fact.
+            let (short, answer) = qa(3, i, 12);
+            assert!(short.len() + answer.len() <= 12 && answer == response, "{}", render(&short));
+        }
+        assert!(lengths.len() > 4, "prompts of one length only: {lengths:?}");
+        assert_eq!(qa(3, 7, 64), qa(3, 7, 64));
+        assert_ne!(qa(3, 7, 64), qa(4, 7, 64));
     }
 }

@@ -30,6 +30,8 @@ pub enum CkptError {
     Save { step: u64, reason: String },
     #[error("FLIGHTDECK_RESUME_FROM {dir}: {reason}")]
     Resume { dir: String, reason: String },
+    #[error("init.from {dir} (FLIGHTDECK_INIT_FROM): {reason}")]
+    Init { dir: String, reason: String },
 }
 
 /// Where and how often this run saves.
@@ -272,6 +274,25 @@ pub fn restore(dir: &Path, rank: u32, world: u32, model: &mut Gpt, opt: &mut Ada
         return Err(fail(format!("{} holds rank {} at step {}", disk::rank_file(rank), mine.rank, mine.step)));
     }
     Ok(Restored { step, data_position: mine.data_position })
+}
+
+/// Loads only the weights of checkpoint `dir` into `model` (a fresh optimizer trains on): what
+/// `[init] from` starts a run from. Any world size's checkpoint will do (every rank holds the
+/// same weights); the files are hashed as they are read. Returns the checkpoint's step.
+pub fn init_weights(dir: &Path, model: &mut Gpt) -> Result<u64, CkptError> {
+    let fail = |reason: String| CkptError::Init { dir: dir.display().to_string(), reason };
+    let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    let step = disk::parse_step_dir(name)
+        .ok_or_else(|| fail(format!("{name:?} is not a checkpoint step directory (step-NNNNNNNN)")))?;
+    let manifest = disk::verify(dir, step, Depth::Sizes).map_err(|e| fail(e.to_string()))?;
+    let read = |file: &str| disk::read_verified(dir, &manifest, file).map_err(|e| fail(e.to_string()));
+    let state: State = serde_json::from_slice(&read(disk::STATE)?).map_err(|e| fail(format!("state.json: {e}")))?;
+    tensors::check_index(&state.tensors, model.params()).map_err(fail)?;
+    let weights = read(disk::MODEL)?;
+    for (p, e) in model.params_mut().iter_mut().zip(&state.tensors) {
+        tensors::load_into(&mut p.tensor, &weights, 0, e).map_err(fail)?;
+    }
+    Ok(step)
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ pub mod checkpoint;
 pub mod cuda;
 pub mod data;
 pub mod env;
+pub mod eval;
 pub mod group;
 pub mod model;
 pub mod optim;
@@ -49,6 +50,7 @@ pub fn main_from_env() -> anyhow::Result<()> {
     let session = train::Session {
         plan: Some(checkpoint::Plan::from_env(&recipe, recipe_json)),
         resume_from: std::env::var_os("FLIGHTDECK_RESUME_FROM").filter(|v| !v.is_empty()).map(Into::into),
+        init_from: std::env::var_os("FLIGHTDECK_INIT_FROM").filter(|v| !v.is_empty()).map(Into::into),
         stop: checkpoint::stop::flag(),
     };
     train::check(&recipe, env.world_size).with_context(|| format!("rank {}", env.rank))?;
@@ -138,6 +140,8 @@ pub(crate) mod testing {
             fault: Fault { kind: FaultKind::None, rank: 0, step: 0, slow_pct: 0.0 },
             command: None,
             analysis: Analysis::default(),
+            init: None,
+            eval: Eval::default(),
         }
     }
 }

@@ -135,16 +135,27 @@ impl Gpt {
         x.f_linear(&self.wte, None::<Tensor>)
     }
 
-    /// Mean cross-entropy over every position of the batch (a scalar tensor).
+    /// Mean cross-entropy over every position of the batch whose target is not -100 (a scalar
+    /// tensor).
     pub fn loss(&self, idx: &Tensor, targets: &Tensor) -> Result<Tensor, TchError> {
+        self.loss_and_logits(idx, targets).map(|(loss, _)| loss)
+    }
+
+    /// `loss`, and the logits it came from (for the token accuracy).
+    pub fn loss_and_logits(&self, idx: &Tensor, targets: &Tensor) -> Result<(Tensor, Tensor), TchError> {
         let logits = self.forward(idx)?;
         let v = i64::from(self.cfg.vocab);
-        logits.f_view([-1, v])?.f_log_softmax(-1, Kind::Float)?.f_nll_loss(
+        let loss = logits.f_view([-1, v])?.f_log_softmax(-1, Kind::Float)?.f_nll_loss(
             &targets.f_view([-1])?,
             None::<Tensor>,
             tch::Reduction::Mean,
-            -100,
-        )
+            super::data::IGNORE,
+        )?;
+        Ok((loss, logits))
+    }
+
+    pub fn config(&self) -> &Model {
+        &self.cfg
     }
 }
 

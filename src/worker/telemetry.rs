@@ -73,6 +73,13 @@ impl TelemetryTx {
         }
     }
 
+    /// A trainer kind's own metrics at `step` (sent like the step's: not when telemetry is off).
+    pub fn metrics(&self, step: Step, metrics: Vec<(String, f64)>) {
+        if self.detail && !metrics.is_empty() {
+            self.send(RankMsg::Metrics { step, metrics });
+        }
+    }
+
     pub fn collective(&self, record: &CollectiveRecord) {
         if self.detail {
             self.send(RankMsg::Collective(record.clone()));

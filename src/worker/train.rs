@@ -47,6 +47,9 @@ pub struct TrainOutcome {
 pub struct Session<'a> {
     pub plan: Option<Plan>,
     pub resume_from: Option<PathBuf>,
+    /// `[init] from`, resolved by the server to a checkpoint directory: its weights are the
+    /// start (a resume restores its own checkpoint instead).
+    pub init_from: Option<PathBuf>,
     pub stop: &'a AtomicBool,
 }
 
@@ -57,8 +60,8 @@ static NEVER: AtomicBool = AtomicBool::new(false);
 /// implemented are refused on every rank, so no rank waits at the rendezvous for one that left.
 pub fn check(recipe: &Recipe, world_size: u32) -> Result<(), TrainError> {
     let refuse = |msg: String| Err(TrainError::Recipe(msg));
-    if recipe.kind != Kind::Pretrain {
-        return refuse(format!("kind = {:?}: the worker trains only \"pretrain\" recipes", recipe.kind));
+    if !matches!(recipe.kind, Kind::Pretrain | Kind::Sft) {
+        return refuse(format!("kind = {:?}: the worker trains only \"pretrain\" and \"sft\" recipes", recipe.kind));
     }
     if recipe.cluster.device == Device::Cuda && !super::cuda::device().is_cuda() {
         return refuse(
@@ -87,7 +90,13 @@ pub fn train(
     tele: &TelemetryTx,
     on_step: &mut dyn FnMut(&StepMetrics),
 ) -> Result<TrainOutcome, TrainError> {
-    train_session(recipe, group, tele, on_step, Session { plan: None, resume_from: None, stop: &NEVER })
+    train_session(
+        recipe,
+        group,
+        tele,
+        on_step,
+        Session { plan: None, resume_from: None, init_from: None, stop: &NEVER },
+    )
 }
 
 /// `train` with checkpoints, resume and graceful stop.
@@ -101,7 +110,14 @@ pub fn train_session(
     check(recipe, group.world_size())?;
     let (rank, world) = (group.rank().0, group.world_size());
     let context = recipe.model.context as usize;
-    let source = Source::open(&recipe.data.source, recipe.data.seed, context + 1)?;
+    let sft = recipe.kind == Kind::Sft;
+    let source = match sft {
+        true => {
+            let held_out = if recipe.eval.every > 0 { recipe.eval.prompts as usize } else { 0 };
+            Source::open_pairs(&recipe.data.source, recipe.data.seed, context + 1, held_out)?
+        }
+        false => Source::open(&recipe.data.source, recipe.data.seed, context + 1)?,
+    };
     if source.vocab() > recipe.model.vocab {
         return Err(TrainError::Recipe(format!(
             "model.vocab = {} is smaller than the data's vocabulary ({})",
@@ -115,6 +131,10 @@ pub fn train_session(
     }
     let mut loader = Loader::new(source, context, recipe.train.batch_per_rank, rank, world);
     let mut model = Gpt::new_on(&recipe.model, recipe.train.seed, device)?;
+    if let (Some(dir), None) = (&session.init_from, &session.resume_from) {
+        let step = checkpoint::init_weights(dir, &mut model)?;
+        println!("rank {rank} starts from the weights of {} (step {step})", dir.display());
+    }
     let mut opt = AdamW::from_recipe(model.params(), &recipe.train)?;
     let on_gpu = device.is_cuda();
     let mut comm = Buckets::new(&recipe.parallel, if on_gpu { 0 } else { model.num_params() });
@@ -142,6 +162,11 @@ pub fn train_session(
     let fault = &recipe.fault;
     let faulty = |kind: FaultKind, s: u64| fault.kind == kind && fault.rank == rank && s >= fault.step;
     let mut final_loss = f64::NAN;
+    let eval_every = recipe.eval.every;
+    if eval_every > 0 && start == 0 {
+        // Step 0: what the initial (or `[init]`) weights already answer.
+        evaluate(&model, loader.source(), recipe, group, tele, Step(0), device)?;
+    }
 
     for s in start + 1..=steps {
         let step = Step(s);
@@ -160,7 +185,7 @@ pub fn train_session(
         let t_data = Instant::now();
 
         tele.phase(step, Phase::Fwd);
-        let loss = super::cuda::autocast(device, recipe.train.dtype, || model.loss(&x, &y))?;
+        let (loss, logits) = super::cuda::autocast(device, recipe.train.dtype, || model.loss_and_logits(&x, &y))?;
         let t_fwd = Instant::now();
 
         tele.phase(step, Phase::Bwd);
@@ -233,7 +258,19 @@ pub fn train_session(
         };
         // A NaN or infinite loss is reported as is (the server flags it) and training goes on.
         tele.step(&metrics, s == steps);
+        if sft && (s == steps || s.is_multiple_of(recipe.telemetry.step_interval.max(1))) {
+            let accuracy = super::eval::token_accuracy(&logits, &y)?;
+            let response_tokens = batch.targets.iter().filter(|&&t| t != super::data::IGNORE).count();
+            tele.metrics(
+                step,
+                vec![("mean_token_accuracy".into(), accuracy), ("num_tokens".into(), response_tokens as f64)],
+            );
+        }
+        drop(logits);
         on_step(&metrics);
+        if eval_every > 0 && (s.is_multiple_of(eval_every) || s == steps) {
+            evaluate(&model, loader.source(), recipe, group, tele, step, device)?;
+        }
         if s % 10 == 0 || s == steps {
             println!("rank {rank} step {s}/{steps} loss {loss_value:.4} step {:.1} ms", metrics.step_time_ms);
         }
@@ -249,6 +286,36 @@ pub fn train_session(
     ckpt.finish()?;
     tele.phase(Step(last), Phase::Done);
     Ok(TrainOutcome { steps: last, final_loss, data_position: loader.position(), stopped })
+}
+
+/// One eval at `step` on every rank (a collective: every rank calls it at the same steps); rank
+/// 0 prints it, every rank reports it.
+fn evaluate(
+    model: &Gpt,
+    source: &Source,
+    recipe: &Recipe,
+    group: &mut dyn StepCollective,
+    tele: &TelemetryTx,
+    step: Step,
+    device: tch::Device,
+) -> Result<(), TrainError> {
+    tele.phase(step, Phase::Eval);
+    group.set_step(step);
+    let scored = super::eval::exact_match(model, source, &recipe.eval, group, device).map_err(|e| match e {
+        super::eval::EvalError::Torch(t) => TrainError::Torch(t),
+        super::eval::EvalError::Collective(c) => TrainError::Collective { step: step.0, source: c },
+    })?;
+    if group.rank().0 == 0 {
+        println!(
+            "eval step {}: exact match {}/{} = {:.3}",
+            step.0,
+            scored.correct,
+            scored.prompts,
+            scored.exact_match()
+        );
+    }
+    tele.metrics(step, vec![("eval/exact_match".into(), scored.exact_match())]);
+    Ok(())
 }
 
 enum CommError {

@@ -189,11 +189,45 @@ fn telemetry_carries_phases_in_order_then_steps_then_finished() {
             RankMsg::CheckpointSaved(c) => format!("ckpt{}", c.step.0),
             RankMsg::CheckpointFailed { .. } => "ckpt-failed".to_string(),
             RankMsg::Refused(_) => "refused".to_string(),
+            RankMsg::Metrics { step, .. } => format!("metrics{}", step.0),
         })
         .collect();
     let want = "register 1:data 1:fwd 1:bwd 1:opt 2:data 2:fwd 2:bwd 2:opt step2 \
                 3:data 3:fwd 3:bwd 3:opt step3 3:done finished3";
     assert_eq!(seen.join(" "), want.split_whitespace().collect::<Vec<_>>().join(" "));
+}
+
+#[test]
+fn an_sft_run_reports_token_accuracy_each_step_and_the_eval_before_during_and_after() {
+    let (_dir, path, rx) = agent();
+    let mut r = recipe(1, 4, 6);
+    r.kind = crate::recipe::Kind::Sft;
+    r.data.source = crate::recipe::DataSource::Synthetic { generator: "arith-qa".into() };
+    r.eval = crate::recipe::Eval { every: 4, prompts: 6, max_new_tokens: 4 };
+    let tel = Telemetry::connect(Some(&path), "local", Rank(0), &r.telemetry);
+    let out = train(&r, &mut Solo, tel.tx(), &mut |_| {}).unwrap();
+    tel.finish(Some((out.steps, out.final_loss)));
+    let mut evals = Vec::new();
+    let mut accuracy_steps = Vec::new();
+    for m in rx.iter() {
+        if let RankMsg::Metrics { step, metrics } = m {
+            for (name, v) in metrics {
+                match name.as_str() {
+                    "eval/exact_match" => evals.push((step.0, v)),
+                    "mean_token_accuracy" => {
+                        assert!((0.0..=1.0).contains(&v), "{v}");
+                        accuracy_steps.push(step.0);
+                    }
+                    "num_tokens" => assert!((8.0..=12.0).contains(&v), "2 or 3 answer tokens a row: {v}"),
+                    other => panic!("unexpected metric {other}"),
+                }
+            }
+        }
+    }
+    assert_eq!(accuracy_steps, vec![1, 2, 3, 4, 5, 6]);
+    assert_eq!(evals.iter().map(|e| e.0).collect::<Vec<_>>(), vec![0, 4, 6]);
+    // Six prompts: a share in sixths.
+    assert!(evals.iter().all(|(_, v)| (v * 6.0 - (v * 6.0).round()).abs() < 1e-9), "{evals:?}");
 }
 
 #[test]

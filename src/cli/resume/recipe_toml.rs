@@ -17,6 +17,10 @@ pub fn to_toml(recipe: &Recipe) -> Result<String, String> {
     if let Some(data) = obj.get_mut("data").and_then(Json::as_object_mut) {
         data.insert("source".into(), Json::String(source));
     }
+    // `[init] from` is one string in the file.
+    if let Some(init) = &recipe.init {
+        obj.insert("init".into(), serde_json::json!({ "from": init.from.text() }));
+    }
     // The typed `cluster.ssh` group is spelled as flat keys of `[cluster]` in the file.
     if let Some(cluster) = obj.get_mut("cluster").and_then(Json::as_object_mut) {
         if let Some(Json::Object(ssh)) = cluster.remove("ssh") {

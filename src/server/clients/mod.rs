@@ -8,6 +8,7 @@ use crate::protocol::{
     read_frame_async, write_frame_async, AgentCommand, Hello, Reply, Request, Role, PROTOCOL_VERSION,
 };
 use crate::sync::lock;
+use anyhow::Context;
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::UnixStream;
 
@@ -58,7 +59,10 @@ async fn answer_with(shared: &Shared, req: Request, progress: Progress) -> anyho
     let store = shared.store.clone();
     Ok(match req {
         Request::Launch { recipe_json, recipe_path, name, ssh } => {
-            let req = LaunchRequest { recipe_json, recipe_path, name, lineage: None, ssh };
+            let recipe: crate::recipe::Recipe =
+                serde_json::from_str(&recipe_json).context("the client sent a recipe this server cannot read")?;
+            let init = super::init::resolve(shared, &recipe).await?;
+            let req = LaunchRequest { recipe_json, recipe_path, name, lineage: None, init, ssh };
             Reply::Launched { run: super::launch::launch(shared, req, progress).await? }
         }
         Request::ListRuns => Reply::Runs { runs: tokio::task::spawn_blocking(move || store.list_runs()).await?? },

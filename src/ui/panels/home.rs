@@ -126,16 +126,19 @@ impl HomeView {
         }
     }
 
-    /// `↳ NAME@STEP` (or the parent's id when it is not listed) for a resumed run.
+    /// `↳ NAME@STEP` (or the parent's id when it is not listed) for a resumed run, `from
+    /// NAME@STEP` for a run started from its weights.
     fn lineage(&self, r: &RunRecord) -> String {
         let Some(p) = &r.parent else { return "-".into() };
         let who = match self.runs.iter().find(|x| &x.id == p) {
             Some(x) => x.name.clone(),
             None => p.to_string(),
         };
-        match &r.resumed_from {
-            Some(from) => fmt::truncate(&format!("↳ {who}@{}", from.step), 20),
-            None => fmt::truncate(&format!("↳ {who}"), 20),
+        match (&r.resumed_from, &r.init_from) {
+            (Some(from), _) => fmt::truncate(&format!("↳ {who}@{}", from.step), 20),
+            // Started from the parent's weights (`[init] from`): a new stage of a chain.
+            (None, Some(init)) => fmt::truncate(&format!("from {who}@{}", init.step), 20),
+            (None, None) => fmt::truncate(&format!("↳ {who}"), 20),
         }
     }
 

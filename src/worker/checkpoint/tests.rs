@@ -21,7 +21,7 @@ fn run(r: &Recipe, root: &Path, resume: Option<PathBuf>, stop_at: Option<u64>) -
     let tel = Telemetry::disabled();
     let flag = AtomicBool::new(false);
     let mut seen = Vec::new();
-    let session = Session { plan: Some(plan(root, r)), resume_from: resume, stop: &flag };
+    let session = Session { plan: Some(plan(root, r)), resume_from: resume, init_from: None, stop: &flag };
     let out = train_session(
         r,
         &mut Solo,
@@ -91,7 +91,7 @@ fn resuming_at_the_last_step_trains_nothing_and_is_refused() {
     let tel = Telemetry::disabled();
     let flag = AtomicBool::new(false);
     let from = tmp.path().join(disk::step_dir_name(6));
-    let session = Session { plan: None, resume_from: Some(from), stop: &flag };
+    let session = Session { plan: None, resume_from: Some(from), init_from: None, stop: &flag };
     let err = train_session(&r, &mut Solo, tel.tx(), &mut |_| {}, session).err().unwrap().to_string();
     assert!(err.contains("nothing remains to train"), "{err}");
 }
@@ -120,4 +120,58 @@ fn a_restore_refuses_another_model_world_or_a_damaged_file() {
     std::fs::write(&path, bytes).unwrap();
     let err = restore(&dir, 0, 1, &mut model, &mut opt).unwrap_err().to_string();
     assert!(err.contains("FLIGHTDECK_RESUME_FROM") && err.contains("model.bin: sha256"), "{err}");
+}
+
+/// `recipe` as a fine-tuning run on arithmetic questions with a small eval.
+fn sft(steps: u64) -> Recipe {
+    let mut r = recipe(1, 4, steps);
+    r.kind = crate::recipe::Kind::Sft;
+    r.data.source = crate::recipe::DataSource::Synthetic { generator: "arith-qa".into() };
+    r.eval = crate::recipe::Eval { every: 8, prompts: 8, max_new_tokens: 4 };
+    r
+}
+
+#[test]
+fn an_sft_run_resumes_bit_for_bit() {
+    let mut r = sft(16);
+    (r.checkpoint.every, r.checkpoint.keep) = (8, 2);
+    let straight = tempfile::tempdir().unwrap();
+    let (all, _) = run(&r, straight.path(), None, None);
+    let child = tempfile::tempdir().unwrap();
+    let (resumed, out) = run(&r, child.path(), Some(straight.path().join(disk::step_dir_name(8))), None);
+    assert_eq!(bits(&resumed), bits(&all[8..]), "sft steps 9..=16 must match by bits");
+    assert_eq!(out.data_position, 16 * 4);
+}
+
+#[test]
+fn init_starts_from_the_checkpoints_weights_whatever_the_seed_and_refuses_another_shape() {
+    let mut pre = recipe(1, 4, 8);
+    pre.checkpoint.every = 8;
+    let parent = tempfile::tempdir().unwrap();
+    run(&pre, parent.path(), None, None);
+    let dir = parent.path().join(disk::step_dir_name(8));
+
+    // Two fine-tuning runs that differ only in train.seed (which draws the initial weights):
+    // from the same checkpoint, their losses are the same bits; without it, they differ.
+    let first_losses = |seed: u64, init: Option<PathBuf>| {
+        let mut r = sft(3);
+        r.train.seed = seed;
+        let tel = Telemetry::disabled();
+        let flag = AtomicBool::new(false);
+        let mut seen = Vec::new();
+        let session = Session { plan: None, resume_from: None, init_from: init, stop: &flag };
+        train_session(&r, &mut Solo, tel.tx(), &mut |m| seen.push((m.step.0, m.loss)), session).unwrap();
+        bits(&seen)
+    };
+    assert_eq!(first_losses(1, Some(dir.clone())), first_losses(2, Some(dir.clone())));
+    assert_ne!(first_losses(1, None), first_losses(2, None));
+    assert_ne!(first_losses(1, None), first_losses(1, Some(dir.clone())));
+
+    let mut other = pre.model.clone();
+    other.n_layer = 3;
+    let mut model = Gpt::new(&other, 1).unwrap();
+    let err = init_weights(&dir, &mut model).unwrap_err().to_string();
+    assert!(err.contains("init.from") && err.contains("holds 28 tensors, this model has 40"), "{err}");
+    let err = init_weights(parent.path(), &mut model).unwrap_err().to_string();
+    assert!(err.contains("is not a checkpoint step directory"), "{err}");
 }
