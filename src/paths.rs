@@ -2,8 +2,15 @@
 use crate::ids::RunId;
 use std::path::{Path, PathBuf};
 
-/// The database directory: `--db`, else `$FLIGHTDECK_HOME`, else the XDG data dir.
+/// The database directory: `--db`, else `$FLIGHTDECK_HOME`, else the XDG data dir. Always
+/// absolute: the server, the agents and the ranks it is handed to run in other directories
+/// (a relative `--db db` once left every rank unable to find its recipe).
 pub fn db_dir(cli: Option<&Path>) -> PathBuf {
+    let dir = given_db_dir(cli);
+    std::path::absolute(&dir).unwrap_or(dir)
+}
+
+fn given_db_dir(cli: Option<&Path>) -> PathBuf {
     if let Some(p) = cli {
         return p.to_path_buf();
     }
@@ -93,5 +100,17 @@ impl RunDirPaths {
     /// Where the shim itself is installed for the run's ranks (first on their PYTHONPATH).
     pub fn shim_dir(&self) -> PathBuf {
         self.root.join("shim")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_relative_db_dir_is_made_absolute_against_the_working_directory() {
+        let dir = super::db_dir(Some(std::path::Path::new("db")));
+        assert!(dir.is_absolute(), "{}", dir.display());
+        assert_eq!(dir, std::env::current_dir().unwrap().join("db"));
+        let given = std::path::Path::new("/tmp/fd-db");
+        assert_eq!(super::db_dir(Some(given)), given);
     }
 }

@@ -146,3 +146,55 @@ fn a_stopped_sft_run_resumes_bit_for_bit() {
     }
     db.finish();
 }
+
+/// Rank 0's mean of `key` over steps `from..=to`.
+fn mean_of(db: &Db, run: &str, key: &str, from: u64, to: u64) -> f64 {
+    let xs: Vec<f64> = series(db, run, key)
+        .into_iter()
+        .filter(|((s, r), _)| *r == 0 && (from..=to).contains(s))
+        .map(|(_, v)| v)
+        .collect();
+    assert!(!xs.is_empty(), "{key} {from}..={to}");
+    xs.iter().sum::<f64>() / xs.len() as f64
+}
+
+#[test]
+fn dpo_from_a_pretrained_run_widens_its_margins_and_resumes_bit_for_bit() {
+    let db = Db::new();
+    let pre = recipe("tiny-gpt.toml");
+    let pre = run_id(&ok(&db.run(&["run", pre.to_str().unwrap(), "--headless"])));
+    let dpo = recipe("dpo-arith.toml");
+    let dpo_path = dpo.to_str().unwrap();
+    let dpo = run_id(&ok(&db.run(&["run", dpo_path, "--headless", "--set", "init.from=tiny-gpt"])));
+    // Against itself the first step's loss is log 2 and every reward 0.
+    let loss = series(&db, &dpo, "loss");
+    assert!((loss[&(1, 0)] - 2f64.ln()).abs() < 1e-6, "{}", loss[&(1, 0)]);
+    assert_eq!(series(&db, &dpo, "rewards/margins")[&(1, 0)], 0.0);
+    for key in ["rewards/margins", "rewards/accuracies"] {
+        let (first, last) = (mean_of(&db, &dpo, key, 2, 50), mean_of(&db, &dpo, key, 151, 200));
+        assert!(last > first, "{key} rises: {first:.3} over steps 2-50, {last:.3} over 151-200");
+    }
+    for key in ["rewards/chosen", "rewards/rejected", "logps/chosen", "logps/rejected", "eval/exact_match"] {
+        assert!(!series(&db, &dpo, key).is_empty(), "{key}");
+    }
+    let show = db.json(&["show", &dpo, "--json"]);
+    assert_eq!(show["run"]["init_from"]["run"], pre.as_str());
+
+    // Resumed from step 100: the reference is rebuilt from the same init, so every step after
+    // it repeats the straight run's bits.
+    let child = run_id(&ok(&db.run(&["resume", &dpo, "--step", "100", "--headless"])));
+    let show = db.json(&["show", &child, "--json"]);
+    assert_eq!(
+        (show["run"]["parent"].as_str(), show["run"]["resumed_from"]["step"].as_u64()),
+        (Some(dpo.as_str()), Some(100))
+    );
+    assert_eq!(show["run"]["init_from"]["run"], pre.as_str(), "the lineage keeps the start");
+    for key in ["loss", "rewards/margins", "logps/rejected"] {
+        let want: BTreeMap<_, _> =
+            series(&db, &dpo, key).into_iter().filter(|((s, _), _)| *s > 100).map(|(k, v)| (k, v.to_bits())).collect();
+        let got: BTreeMap<_, _> = series(&db, &child, key).into_iter().map(|(k, v)| (k, v.to_bits())).collect();
+        assert_eq!(got.len(), 200, "{key}");
+        assert_eq!(got, want, "{key} after step 100 differs (bits)");
+    }
+    db.finish();
+}

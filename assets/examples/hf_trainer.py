@@ -66,10 +66,20 @@ def main():
             json.dump(trainer.state.log_history, f)
     # The Trainer leaves its process group to the interpreter's exit, where gloo's teardown can
     # abort ("terminate called without an active exception"); PyTorch asks programs to end it.
+    # Seen here: a rank whose peer had already exited hung for good in ~ProcessGroupGloo
+    # (joining a gloo worker thread) when the DDP Reducer was freed at exit. So the ranks meet
+    # first, and leave without running the destructors once the group is down.
+    import os
+    import sys
+
     import torch.distributed as dist
 
     if dist.is_initialized():
+        dist.barrier()
         dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -72,9 +72,10 @@ async fn overridden(client: &mut Client, run: &str, overrides: &[String]) -> any
     };
     let parent: crate::recipe::Recipe = serde_json::from_str(&detail.run.recipe_json)
         .map_err(|e| anyhow::anyhow!("run {}: its stored recipe cannot be read: {e}", detail.run.id))?;
-    if !matches!(parent.kind, crate::recipe::Kind::Pretrain | crate::recipe::Kind::Sft) {
+    use crate::recipe::Kind::{Dpo, Pretrain, Sft};
+    if !matches!(parent.kind, Pretrain | Sft | Dpo) {
         return Ok(Err(format!(
-            "run {}: only kind = \"pretrain\" and \"sft\" runs have checkpoints to resume",
+            "run {}: only kind = \"pretrain\", \"sft\" and \"dpo\" runs have checkpoints to resume",
             detail.run.id
         )));
     }

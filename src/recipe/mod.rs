@@ -16,8 +16,8 @@ pub use validate::{load_file, parse_str};
 
 use serde::{Deserialize, Serialize};
 
-/// What a run trains. `Pretrain`, `Sft` and `Command` run today; the others are named so
-/// recipes can say what they are, and are refused with a clear message until their trainers exist.
+/// What a run trains: the embedded trainers (`Pretrain`, `Sft`, `Dpo`, `Grpo`) or a program of
+/// the user's own (`Command`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Kind {
@@ -293,6 +293,63 @@ pub struct Recipe {
     /// `[eval]`: greedy exact match on held-out prompts (off in recipes stored before it).
     #[serde(default)]
     pub eval: Eval,
+    /// `[dpo]`: the preference loss's settings (read by `kind = "dpo"` only).
+    #[serde(default)]
+    pub dpo: Dpo,
+    /// `[grpo]`: sampling, reward and update settings (read by `kind = "grpo"` only).
+    #[serde(default)]
+    pub grpo: Grpo,
+}
+
+/// `[grpo]`: each step samples `group_size` completions for each of a rank's
+/// `train.batch_per_rank` prompts and updates `ppo_epochs` times on them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Grpo {
+    pub group_size: u32,
+    pub temperature: f64,
+    pub top_p: f64,
+    pub max_new_tokens: u32,
+    /// Passes over each step's rollouts (TRL's `num_iterations`); each is an optimizer step.
+    pub ppo_epochs: u32,
+    /// The policy ratio is clipped to [1 − ε, 1 + ε].
+    pub clip_eps: f64,
+    /// The KL penalty's coefficient (0: no reference model at all).
+    pub beta: f64,
+    /// Added to the reward of a completion in an answer's form (0: exact match only).
+    pub format_reward: f64,
+    /// Completions per step (one per prompt, the first prompts) kept for the cockpit.
+    pub samples: u32,
+}
+
+impl Default for Grpo {
+    /// TRL's defaults where it has them (8 generations, ε 0.2, β 0.04, one iteration).
+    fn default() -> Grpo {
+        Grpo {
+            group_size: 8,
+            temperature: 1.0,
+            top_p: 1.0,
+            max_new_tokens: 4,
+            ppo_epochs: 1,
+            clip_eps: 0.2,
+            beta: 0.04,
+            format_reward: 0.0,
+            samples: 2,
+        }
+    }
+}
+
+/// `[dpo]`: β scales the policy's log-ratio against the frozen reference (the run's starting
+/// weights) in the loss −log σ(β·((π_c − ref_c) − (π_r − ref_r))).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Dpo {
+    pub beta: f64,
+}
+
+impl Default for Dpo {
+    /// TRL's default β.
+    fn default() -> Dpo {
+        Dpo { beta: 0.1 }
+    }
 }
 
 /// `[init] from`: another run's verified checkpoint weights, with a fresh optimizer. The server

@@ -23,6 +23,30 @@ pub(super) struct RawRecipe {
     pub analysis: Option<RawAnalysis>,
     pub init: Option<RawInit>,
     pub eval: Option<RawEval>,
+    pub dpo: Option<RawDpo>,
+    pub grpo: Option<RawGrpo>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawGrpo {
+    pub group_size: Option<i64>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub max_new_tokens: Option<i64>,
+    pub ppo_epochs: Option<i64>,
+    pub clip_eps: Option<f64>,
+    pub beta: Option<f64>,
+    pub format_reward: Option<f64>,
+    pub samples: Option<i64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawDpo {
+    pub beta: Option<f64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -272,6 +296,21 @@ pub(super) const TABLES: &[(&str, &[(&str, Ty)])] = &[
     ),
     ("init", &[("from", Ty::Str)]),
     ("eval", &[("every", Ty::Int), ("prompts", Ty::Int), ("max_new_tokens", Ty::Int)]),
+    ("dpo", &[("beta", Ty::Float)]),
+    (
+        "grpo",
+        &[
+            ("group_size", Ty::Int),
+            ("temperature", Ty::Float),
+            ("top_p", Ty::Float),
+            ("max_new_tokens", Ty::Int),
+            ("ppo_epochs", Ty::Int),
+            ("clip_eps", Ty::Float),
+            ("beta", Ty::Float),
+            ("format_reward", Ty::Float),
+            ("samples", Ty::Int),
+        ],
+    ),
 ];
 
 /// The keys of a table, if it is one the schema knows.

@@ -1,6 +1,6 @@
 //! Recipe tests: every shipped recipe loads, defaults and `--set` behave; helpers shared with
 //! `tests_invalid.rs`.
-use super::raw::{RawAnalysis, RawEval, RawInit};
+use super::raw::{RawAnalysis, RawDpo, RawEval, RawGrpo, RawInit};
 use super::raw::{RawCheckpoint, RawCluster, RawCommand, RawData, RawFault, RawModel};
 use super::raw::{RawParallel, RawRecipe, RawTelemetry, RawTrain, TABLES, TOP_KEYS};
 use super::*;
@@ -291,6 +291,8 @@ fn schema_and_raw_structs_name_the_same_keys() {
         analysis: Some(RawAnalysis::default()),
         init: Some(RawInit::default()),
         eval: Some(RawEval::default()),
+        dpo: Some(RawDpo::default()),
+        grpo: Some(RawGrpo::default()),
         ..RawRecipe::default()
     };
     let json = serde_json::to_value(&full).expect("serialises");

@@ -134,16 +134,36 @@ fn vocab_must_cover_the_generator() {
 }
 
 #[test]
-fn unsupported_kinds_and_devices_say_what_runs_today() {
-    let e = bad("kind-dpo.toml");
-    assert_eq!(e.kind(), ErrorKind::Unsupported);
-    assert_mentions(&e, &["kind = \"dpo\" has no trainer yet; valid today: pretrain, sft, command"]);
+fn unsupported_data_and_devices_say_what_runs_today() {
     let e = bad("sft-on-sequences.toml");
     assert_mentions(&e, &["data.source = \"synthetic:arith\" makes plain sequences", "synthetic:arith-qa"]);
     assert_mentions(&bad("nccl-on-cpu.toml"), &["parallel.backend = \"nccl\" needs cluster.device = \"cuda\"", "ring"]);
     assert_mentions(&bad("bf16-on-cpu.toml"), &["train.dtype = \"bf16\" needs cluster.device = \"cuda\"", "fp32"]);
     let e = with_set(&["parallel.tensor=2"]).expect_err("no tensor parallelism yet");
     assert_mentions(&e, &["parallel.tensor = 2 (from --set)", "valid: 1"]);
+}
+
+#[test]
+fn grpo_refuses_a_group_of_one_and_completions_past_the_context() {
+    let e = bad("grpo-group-size-1.toml");
+    assert_eq!(e.key(), Some("grpo.group_size"));
+    assert_mentions(&e, &["grpo.group_size = 1 must be at least 2", "valid: 2 to 256"]);
+    let e = bad("grpo-max-new-beyond-context.toml");
+    assert_mentions(&e, &["grpo.max_new_tokens = 60 does not fit", "model.context = 64", "valid: 1 to 56"]);
+    assert_mentions(&bad("grpo-on-sequences.toml"), &["kind = \"grpo\" needs prompts with checkable answers"]);
+    for (set, says) in [
+        ("grpo.beta=-0.1", "grpo.beta = -0.1 (from --set) must be 0 or more"),
+        ("grpo.top_p=0", "grpo.top_p = 0 (from --set) must be above 0 and at most 1"),
+        ("grpo.temperature=0", "must be above 0"),
+        ("grpo.clip_eps=1.5", "must be above 0 and below 1"),
+        ("grpo.ppo_epochs=0", "grpo.ppo_epochs = 0 (from --set) must be a positive integer"),
+    ] {
+        let e = with_set(&["kind=\"grpo\"", "data.source=\"synthetic:arith-qa\"", set]).expect_err(set);
+        assert_mentions(&e, &[says]);
+    }
+    // [grpo] in another kind's recipe is a mistake, not ignored.
+    let e = with_set(&["grpo.beta=0.1"]).expect_err("grpo table in a pretrain recipe");
+    assert_mentions(&e, &["[grpo] is read by kind = \"grpo\" only"]);
 }
 
 #[test]

@@ -82,6 +82,8 @@ impl Check<'_> {
         self.pairing(kind, &data, &model)?;
         let init = self.init(raw.init, kind)?;
         let eval = self.eval(raw.eval, kind, &model, &data, &train)?;
+        let dpo = self.dpo(raw.dpo, kind)?;
+        let grpo = self.grpo(raw.grpo, kind, &model)?;
         Ok(Recipe {
             name,
             kind,
@@ -97,6 +99,8 @@ impl Check<'_> {
             analysis,
             init,
             eval,
+            dpo,
+            grpo,
         })
     }
 
@@ -123,14 +127,7 @@ impl Check<'_> {
         let options = [("pretrain", Pretrain), ("sft", Sft), ("dpo", Dpo), ("grpo", Grpo), ("command", Command)];
         let kind = self.choice("kind", kind, Pretrain, &options)?;
         self.kind = options.iter().find(|(_, k)| *k == kind).map_or("pretrain", |(n, _)| n);
-        match kind {
-            Pretrain | Sft | Command => Ok(kind),
-            Dpo | Grpo => Err(self.ctx.err(
-                ErrorKind::Unsupported,
-                "kind",
-                format!("kind = \"{}\" has no trainer yet; valid today: pretrain, sft, command", self.kind),
-            )),
-        }
+        Ok(kind)
     }
 
     fn model(&self, raw: RawModel, trains: bool) -> R<Model> {

@@ -49,6 +49,12 @@ pub enum Phase {
     Opt,
     Ckpt,
     Eval,
+    /// GRPO: sampling completions from the policy.
+    Generate,
+    /// GRPO: the rule reward and the advantages.
+    Score,
+    /// GRPO: the frozen reference's (and the sampling policy's) log-probabilities.
+    Reference,
     Done,
 }
 
@@ -63,6 +69,9 @@ impl Phase {
             Phase::Opt => "opt",
             Phase::Ckpt => "ckpt",
             Phase::Eval => "eval",
+            Phase::Generate => "generate",
+            Phase::Score => "score",
+            Phase::Reference => "reference",
             Phase::Done => "done",
         }
     }

@@ -66,7 +66,10 @@ pub async fn launch(shared: &Shared, req: LaunchRequest, progress: Progress) -> 
     // The run began when its launch did (the Events panel counts from here).
     record.created_ms = began_ms;
     if let Some(init) = &req.init {
-        record.parent = init.run.clone();
+        // A resume's parent is the run it resumes; a fresh run's is the one whose weights it took.
+        if req.lineage.is_none() {
+            record.parent = init.run.clone();
+        }
         record.init_from = Some(init.clone());
     }
     let what = format!("run {} (recipe {})", record.name, recipe.name);

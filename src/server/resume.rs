@@ -68,8 +68,9 @@ pub async fn resume(
         recipe_path: parent.recipe_path.clone(),
         name,
         lineage: Some(lineage),
-        // The child restores its parent's whole checkpoint: the parent's own start is behind it.
-        init: None,
+        // The child restores its parent's whole checkpoint; the start it names is what a DPO
+        // run's reference is rebuilt from (and the lineage keeps it).
+        init: parent.init_from.clone(),
         ssh,
     };
     let run = launch(shared, req, progress).await?;
@@ -98,11 +99,11 @@ pub(super) fn model_diff(child: &Recipe, parent: &Recipe) -> Option<String> {
 /// What a resume may change: anything but the model's shape and the world size (a checkpoint
 /// is not resharded), and it must leave steps to train (never zero steps that exit 0).
 pub fn check_resume(parent: &Recipe, child: &Recipe, step: u64, saved_world: u32) -> Result<(), String> {
-    use crate::recipe::Kind::{Pretrain, Sft};
-    if !matches!(parent.kind, Pretrain | Sft) || child.kind != parent.kind {
+    use crate::recipe::Kind::{Dpo, Pretrain, Sft};
+    if !matches!(parent.kind, Pretrain | Sft | Dpo) || child.kind != parent.kind {
         return Err(format!(
-            "only kind = \"pretrain\" and \"sft\" runs have checkpoints to resume, as their own kind (the run is {:?}, \
-             the resume {:?})",
+            "only kind = \"pretrain\", \"sft\" and \"dpo\" runs have checkpoints to resume, as their own kind (the run \
+             is {:?}, the resume {:?})",
             parent.kind, child.kind
         ));
     }

@@ -38,16 +38,52 @@ pub fn sequence(seed: u64, index: u64, len: usize) -> Vec<i64> {
 /// prompt and response together fit in `max_len` tokens (facts are dropped from the front, so
 /// the first operand may then have two digits); `max_len` must be at least 8.
 pub fn qa(seed: u64, index: u64, max_len: usize) -> (Vec<i64>, Vec<i64>) {
+    let (prompt, response, _) = qa_fact(seed, index, max_len);
+    (prompt, response)
+}
+
+/// The `arith-qa` item at `index` as a preference for DPO: (prompt, chosen, rejected), where
+/// chosen is the true answer and rejected a plausible wrong one: what another operator would
+/// give on the same operands, or the answer off by one or by ten (drawn per item). All three
+/// fit in `max_len` tokens (at least 9).
+pub fn preference(seed: u64, index: u64, max_len: usize) -> (Vec<i64>, Vec<i64>, Vec<i64>) {
+    // A wrong answer may have one digit more than the true one.
+    let (prompt, chosen, (a, op, b, c)) = qa_fact(seed, index, max_len.saturating_sub(1));
+    let mut candidates: Vec<u64> = [PLUS, MINUS, TIMES]
+        .into_iter()
+        .filter(|&o| o != op)
+        .filter_map(|o| match o {
+            PLUS => Some(a + b),
+            MINUS => a.checked_sub(b),
+            _ => Some(a * b),
+        })
+        .chain([c + 1, c.wrapping_sub(1), c + 10, c.wrapping_sub(10)])
+        .filter(|&w| w != c && w <= MAX_VALUE)
+        .collect();
+    candidates.sort_unstable();
+    candidates.dedup();
+    let mut rng = Rng::for_index(seed ^ 0x9b_0000, index);
+    let wrong = candidates.get(rng.below(candidates.len() as u64) as usize).copied().unwrap_or(c + 1);
+    let mut rejected = Vec::with_capacity(3);
+    digits(wrong, &mut rejected);
+    rejected.push(END);
+    (prompt, chosen, rejected)
+}
+
+/// `qa`, and the last fact's (a, op, b, c).
+fn qa_fact(seed: u64, index: u64, max_len: usize) -> (Vec<i64>, Vec<i64>, (u64, i64, u64, u64)) {
     // Another stream than `sequence`'s at the same index.
     let mut rng = Rng::for_index(seed ^ 0x9a_0000, index);
     let whole = rng.below(4) as usize;
     let mut facts = Vec::with_capacity(whole + 1);
     let mut a = rng.below(10);
+    let mut asked = (0, PLUS, 0, 0);
     for _ in 0..=whole {
         let (op, b, c) = fact(&mut rng, a);
         let mut tokens = Vec::with_capacity(9);
         push_fact(a, op, b, c, &mut tokens);
         facts.push(tokens);
+        asked = (a, op, b, c);
         a = c;
     }
     let last = facts.pop().unwrap_or_default();
@@ -58,7 +94,7 @@ pub fn qa(seed: u64, index: u64, max_len: usize) -> (Vec<i64>, Vec<i64>) {
     }
     let mut prompt: Vec<i64> = facts[first..].concat();
     prompt.extend_from_slice(&last[..answer_at]);
-    (prompt, last[answer_at..].to_vec())
+    (prompt, last[answer_at..].to_vec(), asked)
 }
 
 /// The next fact from `a`: a fresh operator and a one-digit operand; answers stay in 0..=99
@@ -87,6 +123,14 @@ fn push_fact(a: u64, op: i64, b: u64, c: u64, out: &mut Vec<i64>) {
 fn digits(n: u64, out: &mut Vec<i64>) {
     let s = n.to_string();
     out.extend(s.bytes().map(|d| i64::from(d - b'0')));
+}
+
+/// An answer's form: one or two digits, then `;` (`7;`, `42;`).
+pub fn is_answer(tokens: &[i64]) -> bool {
+    match tokens.split_last() {
+        Some((&END, digits)) => (1..=2).contains(&digits.len()) && digits.iter().all(|t| (0..=9).contains(t)),
+        _ => false,
+    }
 }
 
 /// For logs and tests: `47+38=85;`.
@@ -166,6 +210,22 @@ mod tests {
         }
         assert!(lengths.len() > 4, "prompts of one length only: {lengths:?}");
         assert_eq!(qa(3, 7, 64), qa(3, 7, 64));
+    }
+
+    #[test]
+    fn a_preference_rejects_a_plausible_wrong_answer_and_fits() {
+        let mut kinds = std::collections::BTreeSet::new();
+        for i in 0..500 {
+            let (prompt, chosen, rejected) = preference(5, i, 12);
+            assert_eq!((prompt.clone(), chosen.clone()), qa(5, i, 11));
+            assert!(prompt.len() + chosen.len().max(rejected.len()) <= 12, "{}", render(&prompt));
+            assert_ne!(chosen, rejected);
+            assert!(rejected.ends_with(&[END]) && (2..=3).contains(&rejected.len()), "{}", render(&rejected));
+            let value = |t: &[i64]| render(&t[..t.len() - 1]).parse::<i64>().unwrap();
+            kinds.insert((value(&rejected) - value(&chosen)).abs().min(11));
+        }
+        // Off by one, by ten, and other operators' answers all occur.
+        assert!(kinds.contains(&1) && kinds.contains(&10) && kinds.len() > 4, "{kinds:?}");
         assert_ne!(qa(3, 7, 64), qa(4, 7, 64));
     }
 }

@@ -40,11 +40,26 @@ pub struct Pair {
     pub response: Vec<i64>,
 }
 
-/// A JSONL line of a fine-tuning file: `{"prompt": "...", "response": "..."}` (bytes are tokens).
+/// One preference example for DPO: for `prompt`, `chosen` is preferred over `rejected`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Preference {
+    pub prompt: Vec<i64>,
+    pub chosen: Vec<i64>,
+    pub rejected: Vec<i64>,
+}
+
+/// A JSONL line of a fine-tuning file: `{"prompt": "...", "response": "..."}`, or for DPO
+/// `{"prompt": "...", "chosen": "...", "rejected": "..."}` (bytes are tokens).
 #[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 struct PairLine {
     prompt: String,
-    response: String,
+    #[serde(default)]
+    response: Option<String>,
+    #[serde(default)]
+    chosen: Option<String>,
+    #[serde(default)]
+    rejected: Option<String>,
 }
 
 /// Where sequences come from.
@@ -70,6 +85,16 @@ pub enum Source {
     /// from (with replacement) by index.
     Pairs {
         train: Vec<Pair>,
+        held_out: Vec<Pair>,
+        seed: u64,
+    },
+    /// `synthetic:arith-qa` for DPO: `arith::preference` items (held out as `ArithQa`'s).
+    ArithPref {
+        seed: u64,
+    },
+    /// A JSONL file's preferences, split and drawn as `Pairs` (held out: prompt and chosen).
+    Preferences {
+        train: Vec<Preference>,
         held_out: Vec<Pair>,
         seed: u64,
     },
@@ -115,37 +140,27 @@ impl Source {
             DataSource::Synthetic { generator } if generator == "arith-qa" => Ok(Source::ArithQa { seed }),
             DataSource::Synthetic { .. } => Source::open(source, seed, seq_len),
             DataSource::File { path } => {
-                let text = std::fs::read(path).map_err(|source| DataError::Read { path: path.clone(), source })?;
-                let bad = |line: usize, reason: String| DataError::BadPair { path: path.clone(), line, reason };
-                let mut pairs = Vec::new();
-                for (i, line) in text.split(|&b| b == b'\n').enumerate() {
-                    if line.iter().all(u8::is_ascii_whitespace) {
-                        continue;
-                    }
-                    let p: PairLine = serde_json::from_slice(line).map_err(|e| {
-                        bad(i + 1, format!(r#"{e}; each line is {{"prompt": "...", "response": "..."}}"#))
-                    })?;
-                    let pair = Pair {
-                        prompt: p.prompt.bytes().map(i64::from).collect(),
-                        response: p.response.bytes().map(i64::from).collect(),
-                    };
-                    if pair.prompt.is_empty() || pair.response.is_empty() {
-                        return Err(bad(i + 1, "the prompt and the response must each have a byte at least".into()));
-                    }
-                    let len = pair.prompt.len() + pair.response.len();
-                    if len > seq_len {
-                        return Err(bad(
-                            i + 1,
-                            format!("prompt and response are {len} bytes; at most model.context + 1 = {seq_len}"),
-                        ));
-                    }
-                    pairs.push(pair);
-                }
-                if pairs.len() <= held_out {
-                    return Err(DataError::TooFewPairs { path: path.clone(), pairs: pairs.len(), held_out });
-                }
-                let held_out = pairs.split_off(pairs.len() - held_out);
+                let (pairs, held_out) = split(path, read_lines(path, seq_len, false)?, held_out)?;
+                let pairs = pairs.into_iter().map(|p| Pair { prompt: p.prompt, response: p.chosen }).collect();
                 Ok(Source::Pairs { train: pairs, held_out, seed })
+            }
+        }
+    }
+
+    /// A DPO run's preferences: `synthetic:arith-qa` (`arith::preference`), or a `file:` of
+    /// JSONL lines with `prompt`, `chosen` and `rejected`, the last `held_out` kept for the eval.
+    pub fn open_preferences(
+        source: &DataSource,
+        seed: u64,
+        seq_len: usize,
+        held_out: usize,
+    ) -> Result<Source, DataError> {
+        match source {
+            DataSource::Synthetic { generator } if generator == "arith-qa" => Ok(Source::ArithPref { seed }),
+            DataSource::Synthetic { .. } => Source::open(source, seed, seq_len),
+            DataSource::File { path } => {
+                let (train, held_out) = split(path, read_lines(path, seq_len, true)?, held_out)?;
+                Ok(Source::Preferences { train, held_out, seed })
             }
         }
     }
@@ -153,9 +168,9 @@ impl Source {
     /// The number of distinct token ids this source can produce.
     pub fn vocab(&self) -> u32 {
         match self {
-            Source::Arith { .. } | Source::ArithQa { .. } => arith::VOCAB,
+            Source::Arith { .. } | Source::ArithQa { .. } | Source::ArithPref { .. } => arith::VOCAB,
             Source::Tokens { .. } => synthetic_tokens::VOCAB,
-            Source::File { .. } | Source::Pairs { .. } => FILE_VOCAB,
+            Source::File { .. } | Source::Pairs { .. } | Source::Preferences { .. } => FILE_VOCAB,
         }
     }
 
@@ -171,13 +186,33 @@ impl Source {
                 let start = Rng::for_index(*seed, index).below(starts) as usize;
                 bytes[start..start + len].iter().map(|&b| i64::from(b)).collect()
             }
-            Source::ArithQa { .. } | Source::Pairs { .. } => {
+            Source::ArithQa { .. } | Source::Pairs { .. } | Source::ArithPref { .. } | Source::Preferences { .. } => {
                 let Pair { mut prompt, response } = self.pair(index, len).unwrap_or_else(empty_pair);
                 prompt.extend(response);
                 prompt.resize(len, self.pad());
                 prompt
             }
         }
+    }
+
+    /// Preference `index` of a preference source (None otherwise), fitting `len` tokens.
+    pub fn preference(&self, index: u64, len: usize) -> Option<Preference> {
+        match self {
+            Source::ArithPref { seed } => {
+                let (prompt, chosen, rejected) = arith::preference(*seed, index, len);
+                Some(Preference { prompt, chosen, rejected })
+            }
+            Source::Preferences { train, seed, .. } => {
+                let i = Rng::for_index(*seed, index).below(train.len() as u64) as usize;
+                train.get(i).cloned()
+            }
+            _ => None,
+        }
+    }
+
+    /// True for the DPO sources, whose items are two rows each (chosen, then rejected).
+    pub fn is_preferences(&self) -> bool {
+        matches!(self, Source::ArithPref { .. } | Source::Preferences { .. })
     }
 
     /// Training pair `index` of a pair source (None for sequence sources), at most `len` tokens.
@@ -191,6 +226,9 @@ impl Source {
                 let i = Rng::for_index(*seed, index).below(train.len() as u64) as usize;
                 train.get(i).cloned()
             }
+            Source::ArithPref { .. } | Source::Preferences { .. } => {
+                self.preference(index, len).map(|p| Pair { prompt: p.prompt, response: p.chosen })
+            }
             _ => None,
         }
     }
@@ -198,11 +236,13 @@ impl Source {
     /// Held-out pair `i` for the eval (None for sources without held-out pairs).
     pub fn held_out(&self, i: u64, len: usize) -> Option<Pair> {
         match self {
-            Source::Arith { .. } | Source::ArithQa { .. } => {
+            Source::Arith { .. } | Source::ArithQa { .. } | Source::ArithPref { .. } => {
                 let (prompt, response) = arith::qa(HELD_OUT_SEED, HELD_OUT_BASE + i, len);
                 Some(Pair { prompt, response })
             }
-            Source::Pairs { held_out, .. } => held_out.get(i as usize % held_out.len().max(1)).cloned(),
+            Source::Pairs { held_out, .. } | Source::Preferences { held_out, .. } => {
+                held_out.get(i as usize % held_out.len().max(1)).cloned()
+            }
             _ => None,
         }
     }
@@ -210,37 +250,127 @@ impl Source {
     /// The token that ends an answer (greedy generation stops there), if the source has one.
     pub fn stop_token(&self) -> Option<i64> {
         match self {
-            Source::Arith { .. } | Source::ArithQa { .. } => Some(arith::END),
+            Source::Arith { .. } | Source::ArithQa { .. } | Source::ArithPref { .. } => Some(arith::END),
             _ => None,
         }
     }
 
-    /// What pads a pair's row past its response (never a target).
-    fn pad(&self) -> i64 {
+    /// True when `completion` has an answer's form: for arithmetic, one or two digits and `;`
+    /// (GRPO's format reward). Byte sources have no form to check.
+    pub fn well_formed(&self, completion: &[i64]) -> bool {
         match self {
-            Source::ArithQa { .. } => arith::PAD,
+            Source::Arith { .. } | Source::ArithQa { .. } | Source::ArithPref { .. } => arith::is_answer(completion),
+            _ => false,
+        }
+    }
+
+    /// Tokens as text, for logs and the samples a run keeps: arithmetic as `3+4=7;`, bytes as
+    /// UTF-8 (lossy).
+    pub fn render(&self, tokens: &[i64]) -> String {
+        match self {
+            Source::Arith { .. } | Source::ArithQa { .. } | Source::ArithPref { .. } => arith::render(tokens),
+            _ => String::from_utf8_lossy(&tokens.iter().map(|&t| t.clamp(0, 255) as u8).collect::<Vec<u8>>())
+                .into_owned(),
+        }
+    }
+
+    /// What pads a pair's row past its response (never a target).
+    pub fn pad(&self) -> i64 {
+        match self {
+            Source::ArithQa { .. } | Source::ArithPref { .. } => arith::PAD,
             _ => 0,
         }
     }
 
     fn is_pairs(&self) -> bool {
-        matches!(self, Source::ArithQa { .. } | Source::Pairs { .. })
+        matches!(self, Source::ArithQa { .. } | Source::Pairs { .. }) || self.is_preferences()
     }
 
     /// The inputs and targets of global item `index` (`cols` = context): a sequence shifted by
     /// one, or a pair whose targets are its response tokens only.
     fn row(&self, index: u64, cols: usize, inputs: &mut Vec<i64>, targets: &mut Vec<i64>) {
+        if self.is_pairs() {
+            let pair = self.pair(index, cols + 1).unwrap_or_else(empty_pair);
+            return pair_row(&pair.prompt, &pair.response, cols, self.pad(), inputs, targets);
+        }
         let seq = self.sequence(index, cols + 1);
         inputs.extend_from_slice(&seq[..cols]);
-        if !self.is_pairs() {
-            targets.extend_from_slice(&seq[1..]);
-            return;
-        }
-        let pair = self.pair(index, cols + 1).unwrap_or_else(empty_pair);
-        let (from, to) = (pair.prompt.len(), pair.prompt.len() + pair.response.len());
-        // Position t predicts token t + 1: a target only where that token is the response's.
-        targets.extend((0..cols).map(|t| if (from..to).contains(&(t + 1)) { seq[t + 1] } else { IGNORE }));
+        targets.extend_from_slice(&seq[1..]);
     }
+
+    /// A DPO item's two rows: (prompt, chosen) into `chosen`, (prompt, rejected) into `rejected`.
+    fn preference_rows(
+        &self,
+        index: u64,
+        cols: usize,
+        chosen: &mut (Vec<i64>, Vec<i64>),
+        rejected: &mut (Vec<i64>, Vec<i64>),
+    ) {
+        let Some(p) = self.preference(index, cols + 1) else { return };
+        pair_row(&p.prompt, &p.chosen, cols, self.pad(), &mut chosen.0, &mut chosen.1);
+        pair_row(&p.prompt, &p.rejected, cols, self.pad(), &mut rejected.0, &mut rejected.1);
+    }
+}
+
+/// One padded row of `prompt` then `answer`: inputs are its first `cols` tokens, targets the
+/// answer's tokens where they are predicted (position t predicts token t + 1), else `IGNORE`.
+fn pair_row(prompt: &[i64], answer: &[i64], cols: usize, pad: i64, inputs: &mut Vec<i64>, targets: &mut Vec<i64>) {
+    let (from, to) = (prompt.len(), prompt.len() + answer.len());
+    let token = |i: usize| match i {
+        i if i < from => prompt[i],
+        i if i < to => answer[i - from],
+        _ => pad,
+    };
+    inputs.extend((0..cols).map(token));
+    targets.extend((0..cols).map(|t| if (from..to).contains(&(t + 1)) { token(t + 1) } else { IGNORE }));
+}
+
+/// Every line of a JSONL file as a preference (for sft lines, `chosen` is the response and
+/// `rejected` empty); `dpo` says which fields a line must have.
+fn read_lines(path: &std::path::Path, seq_len: usize, dpo: bool) -> Result<Vec<Preference>, DataError> {
+    let text = std::fs::read(path).map_err(|source| DataError::Read { path: path.to_path_buf(), source })?;
+    let bad = |line: usize, reason: String| DataError::BadPair { path: path.to_path_buf(), line, reason };
+    let shape = match dpo {
+        true => r#"{"prompt": "...", "chosen": "...", "rejected": "..."}"#,
+        false => r#"{"prompt": "...", "response": "..."}"#,
+    };
+    let mut out = Vec::new();
+    for (i, line) in text.split(|&b| b == b'\n').enumerate() {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let p: PairLine = serde_json::from_slice(line).map_err(|e| bad(i + 1, format!("{e}; each line is {shape}")))?;
+        let (chosen, rejected) = match (dpo, p.response, p.chosen, p.rejected) {
+            (false, Some(r), None, None) => (r, String::new()),
+            (true, None, Some(c), Some(r)) => (c, r),
+            _ => return Err(bad(i + 1, format!("each line is {shape}"))),
+        };
+        let tokens = |s: &str| s.bytes().map(i64::from).collect::<Vec<i64>>();
+        let pref = Preference { prompt: tokens(&p.prompt), chosen: tokens(&chosen), rejected: tokens(&rejected) };
+        if pref.prompt.is_empty() || pref.chosen.is_empty() || (dpo && pref.rejected.is_empty()) {
+            return Err(bad(i + 1, "the prompt and each answer must have a byte at least".into()));
+        }
+        let len = pref.prompt.len() + pref.chosen.len().max(pref.rejected.len());
+        if len > seq_len {
+            let what = if dpo { "prompt and its longer answer" } else { "prompt and response" };
+            return Err(bad(i + 1, format!("{what} are {len} bytes; at most model.context + 1 = {seq_len}")));
+        }
+        out.push(pref);
+    }
+    Ok(out)
+}
+
+/// The lines to train on and the last `held_out` (as prompt and chosen answer) for the eval.
+fn split(
+    path: &std::path::Path,
+    mut all: Vec<Preference>,
+    held_out: usize,
+) -> Result<(Vec<Preference>, Vec<Pair>), DataError> {
+    if all.len() <= held_out {
+        return Err(DataError::TooFewPairs { path: path.to_path_buf(), pairs: all.len(), held_out });
+    }
+    let held = all.split_off(all.len() - held_out);
+    Ok((all, held.into_iter().map(|p| Pair { prompt: p.prompt, response: p.chosen }).collect()))
 }
 
 fn empty_pair() -> Pair {
@@ -297,12 +427,41 @@ impl Loader {
         self.position = position;
     }
 
+    /// GRPO's share of the next global batch: this rank's prompts with their global indices
+    /// (what seeds their sampling) and true answers, each prompt at most `max_prompt` tokens
+    /// (the oldest dropped), so that it leaves room for the completion.
+    pub fn next_prompts(&mut self, max_prompt: usize) -> Vec<(u64, Pair)> {
+        let first = self.position + self.rank * self.batch_per_rank;
+        // Prompt and answer fit in max_prompt + 2 (the shortest answer is "7;").
+        let out = (first..first + self.batch_per_rank)
+            .filter_map(|i| self.source.pair(i, max_prompt + 2).map(|p| (i, p)))
+            .map(|(i, mut p)| {
+                let cut = p.prompt.len().saturating_sub(max_prompt);
+                p.prompt.drain(..cut);
+                (i, p)
+            })
+            .collect();
+        self.position += self.batch_per_rank * self.world_size;
+        out
+    }
+
     pub fn next_batch(&mut self) -> Batch {
         let first = self.position + self.rank * self.batch_per_rank;
         let rows = self.batch_per_rank as usize;
         let cols = self.context;
         let mut inputs = Vec::with_capacity(rows * cols);
         let mut targets = Vec::with_capacity(rows * cols);
+        if self.source.is_preferences() {
+            // Every item's chosen row, then every item's rejected row: the halves of the batch.
+            let (mut chosen, mut rejected) = ((inputs, targets), (Vec::new(), Vec::new()));
+            for i in 0..self.batch_per_rank {
+                self.source.preference_rows(first + i, cols, &mut chosen, &mut rejected);
+            }
+            chosen.0.extend(rejected.0);
+            chosen.1.extend(rejected.1);
+            self.position += self.batch_per_rank * self.world_size;
+            return Batch { inputs: chosen.0, targets: chosen.1, rows: 2 * rows, cols };
+        }
         for i in 0..self.batch_per_rank {
             self.source.row(first + i, cols, &mut inputs, &mut targets);
         }
@@ -328,6 +487,11 @@ impl Rng {
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1), from the top 53 bits.
+    pub(crate) fn uniform(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 
     /// Uniform in 0..n (n > 0), by the multiply-high method.

@@ -8,9 +8,11 @@ pub mod arith;
 pub mod checkpoint;
 pub mod cuda;
 pub mod data;
+pub mod dpo;
 pub mod env;
 pub mod eval;
 pub mod group;
+pub mod grpo;
 pub mod model;
 pub mod optim;
 pub mod synthetic_tokens;
@@ -142,6 +144,8 @@ pub(crate) mod testing {
             analysis: Analysis::default(),
             init: None,
             eval: Eval::default(),
+            dpo: Dpo::default(),
+            grpo: Grpo::default(),
         }
     }
 }

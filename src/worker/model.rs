@@ -111,25 +111,68 @@ impl Gpt {
 
     /// Logits [B, T, vocab] for token ids [B, T] (T ≤ context).
     pub fn forward(&self, idx: &Tensor) -> Result<Tensor, TchError> {
+        self.run(idx, None)
+    }
+
+    /// Logits [B, T, vocab] of the tokens `idx` [B, T] that follow the ones in `cache`, whose
+    /// keys and values are appended to it: generation without recomputing the prefix. The
+    /// first call (an empty cache) takes the whole prompt; each later one takes one token.
+    pub fn forward_cached(&self, idx: &Tensor, cache: &mut KvCache) -> Result<Tensor, TchError> {
+        let t = idx.size2()?.1;
+        if cache.len > 0 && t != 1 {
+            return Err(TchError::Shape(format!(
+                "forward_cached: {t} new tokens after {} cached ones (after the prompt, one at a time)",
+                cache.len
+            )));
+        }
+        if cache.len + t > i64::from(self.cfg.context) {
+            return Err(TchError::Shape(format!(
+                "forward_cached: {} tokens exceed the context of {}",
+                cache.len + t,
+                self.cfg.context
+            )));
+        }
+        self.run(idx, Some(cache))
+    }
+
+    fn run(&self, idx: &Tensor, mut cache: Option<&mut KvCache>) -> Result<Tensor, TchError> {
         let (b, t) = idx.size2()?;
         let d = i64::from(self.cfg.d_model);
         let h = i64::from(self.cfg.n_head);
+        let past = cache.as_ref().map_or(0, |c| c.len);
         let tok = Tensor::f_embedding(&self.wte, idx, -1, false, false)?;
-        let pos = self.wpe.f_narrow(0, 0, t)?;
+        let pos = self.wpe.f_narrow(0, past, t)?;
         let mut x = tok.f_add(&pos)?;
-        for blk in &self.blocks {
+        for (l, blk) in self.blocks.iter().enumerate() {
             // Attention: one fused projection, split into heads [B, H, T, d/H].
             let a = x.f_layer_norm([d], Some(&blk.ln1_w), Some(&blk.ln1_b), LN_EPS, false)?;
             let qkv = a.f_linear(&blk.qkv_w, Some(&blk.qkv_b))?.f_split(d, 2)?;
             let heads = |t_: &Tensor| t_.f_view([b, t, h, d / h])?.f_transpose(1, 2);
-            let (q, k, v) = (heads(&qkv[0])?, heads(&qkv[1])?, heads(&qkv[2])?);
-            let y = Tensor::f_scaled_dot_product_attention(&q, &k, &v, None::<Tensor>, 0.0, true, None::<f64>, false)?;
+            let (q, mut k, mut v) = (heads(&qkv[0])?, heads(&qkv[1])?, heads(&qkv[2])?);
+            if let Some(c) = cache.as_deref_mut() {
+                if let Some((pk, pv)) = c.layers.get(l) {
+                    k = Tensor::f_cat(&[pk, &k], 2)?;
+                    v = Tensor::f_cat(&[pv, &v], 2)?;
+                }
+                let kv = (k.shallow_clone(), v.shallow_clone());
+                match c.layers.get_mut(l) {
+                    Some(slot) => *slot = kv,
+                    None => c.layers.push(kv),
+                }
+            }
+            // One new token attends to everything before it: no mask; a prompt is causal.
+            let causal = t > 1;
+            let y =
+                Tensor::f_scaled_dot_product_attention(&q, &k, &v, None::<Tensor>, 0.0, causal, None::<f64>, false)?;
             let y = y.f_transpose(1, 2)?.f_contiguous()?.f_view([b, t, d])?;
             x = x.f_add(&y.f_linear(&blk.proj_w, Some(&blk.proj_b))?)?;
             // MLP: 4·d with exact GELU.
             let m = x.f_layer_norm([d], Some(&blk.ln2_w), Some(&blk.ln2_b), LN_EPS, false)?;
             let m = m.f_linear(&blk.fc_w, Some(&blk.fc_b))?.f_gelu("none")?;
             x = x.f_add(&m.f_linear(&blk.out_w, Some(&blk.out_b))?)?;
+        }
+        if let Some(c) = cache {
+            c.len += t;
         }
         let x = x.f_layer_norm([d], Some(&self.lnf_w), Some(&self.lnf_b), LN_EPS, false)?;
         x.f_linear(&self.wte, None::<Tensor>)
@@ -156,6 +199,24 @@ impl Gpt {
 
     pub fn config(&self) -> &Model {
         &self.cfg
+    }
+}
+
+/// Every layer's keys and values, [B, H, T, d/H] each, for the `len` tokens seen so far.
+#[derive(Default)]
+pub struct KvCache {
+    layers: Vec<(Tensor, Tensor)>,
+    len: i64,
+}
+
+impl KvCache {
+    /// The tokens cached: the next one's position.
+    pub fn len(&self) -> i64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 }
 
@@ -191,6 +252,28 @@ mod tests {
         let targets = (&idx + 5).remainder(16);
         let loss = m.loss(&idx, &targets).unwrap().double_value(&[]);
         assert!((loss - 16f64.ln()).abs() < 0.1, "initial loss {loss} vs ln 16");
+    }
+
+    #[test]
+    fn a_cached_forward_gives_the_full_forwards_logits() {
+        let m = Gpt::new(&tiny(), 2).unwrap();
+        let _no_grad = tch::no_grad_guard();
+        let tokens: Vec<i64> = vec![3, 1, 4, 1, 5, 9, 2, 6, 5, 3];
+        let idx = Tensor::from_slice(&tokens).view([1, 10]);
+        let full = m.forward(&idx).unwrap();
+        let mut cache = KvCache::default();
+        let prefill = m.forward_cached(&idx.narrow(1, 0, 6), &mut cache).unwrap();
+        assert!(prefill.allclose(&full.narrow(1, 0, 6), 1e-5, 1e-5, false));
+        for p in 6..10 {
+            let one = m.forward_cached(&idx.narrow(1, p, 1), &mut cache).unwrap();
+            assert!(one.allclose(&full.narrow(1, p, 1), 1e-5, 1e-5, false), "position {p}");
+        }
+        assert_eq!(cache.len(), 10);
+        // Two tokens after the prompt, or past the context, are refused, not miscomputed.
+        assert!(m.forward_cached(&idx.narrow(1, 0, 2), &mut cache).is_err());
+        let mut long = KvCache::default();
+        let too_long = Tensor::from_slice(&[1i64; 17]).view([1, 17]);
+        assert!(m.forward_cached(&too_long, &mut long).is_err());
     }
 
     #[test]

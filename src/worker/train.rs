@@ -5,6 +5,7 @@
 use super::checkpoint::{self, Checkpointer, CkptError, Flow, Plan};
 use super::data::{DataError, Loader, Source};
 use super::group::StepCollective;
+use super::grpo::{self, Rollouts};
 use super::model::{Gpt, Param};
 use super::optim::{clip_grad_norm, lr_at, zero_grad, AdamW};
 use super::telemetry::TelemetryTx;
@@ -60,8 +61,11 @@ static NEVER: AtomicBool = AtomicBool::new(false);
 /// implemented are refused on every rank, so no rank waits at the rendezvous for one that left.
 pub fn check(recipe: &Recipe, world_size: u32) -> Result<(), TrainError> {
     let refuse = |msg: String| Err(TrainError::Recipe(msg));
-    if !matches!(recipe.kind, Kind::Pretrain | Kind::Sft) {
-        return refuse(format!("kind = {:?}: the worker trains only \"pretrain\" and \"sft\" recipes", recipe.kind));
+    if recipe.kind == Kind::Command {
+        return refuse(format!(
+            "kind = {:?}: the worker trains only \"pretrain\", \"sft\", \"dpo\" and \"grpo\" recipes",
+            recipe.kind
+        ));
     }
     if recipe.cluster.device == Device::Cuda && !super::cuda::device().is_cuda() {
         return refuse(
@@ -110,13 +114,12 @@ pub fn train_session(
     check(recipe, group.world_size())?;
     let (rank, world) = (group.rank().0, group.world_size());
     let context = recipe.model.context as usize;
-    let sft = recipe.kind == Kind::Sft;
-    let source = match sft {
-        true => {
-            let held_out = if recipe.eval.every > 0 { recipe.eval.prompts as usize } else { 0 };
-            Source::open_pairs(&recipe.data.source, recipe.data.seed, context + 1, held_out)?
-        }
-        false => Source::open(&recipe.data.source, recipe.data.seed, context + 1)?,
+    let held_out = if recipe.eval.every > 0 { recipe.eval.prompts as usize } else { 0 };
+    let (data, seed) = (&recipe.data.source, recipe.data.seed);
+    let source = match recipe.kind {
+        Kind::Sft | Kind::Grpo => Source::open_pairs(data, seed, context + 1, held_out)?,
+        Kind::Dpo => Source::open_preferences(data, seed, context + 1, held_out)?,
+        _ => Source::open(data, seed, context + 1)?,
     };
     if source.vocab() > recipe.model.vocab {
         return Err(TrainError::Recipe(format!(
@@ -135,6 +138,24 @@ pub fn train_session(
         let step = checkpoint::init_weights(dir, &mut model)?;
         println!("rank {rank} starts from the weights of {} (step {step})", dir.display());
     }
+    // DPO's and GRPO's frozen reference: the run's starting weights, rebuilt the same way on a
+    // resume (the init's checkpoint, named in the spec, else train.seed's), never copied into
+    // checkpoints. GRPO without a KL penalty has none.
+    let wants_reference = match recipe.kind {
+        Kind::Dpo => true,
+        Kind::Grpo => recipe.grpo.beta > 0.0,
+        _ => false,
+    };
+    let reference = match wants_reference {
+        true => {
+            let mut r = Gpt::new_on(&recipe.model, recipe.train.seed, device)?;
+            if let Some(dir) = &session.init_from {
+                checkpoint::init_weights(dir, &mut r)?;
+            }
+            Some(r)
+        }
+        false => None,
+    };
     let mut opt = AdamW::from_recipe(model.params(), &recipe.train)?;
     let on_gpu = device.is_cuda();
     let mut comm = Buckets::new(&recipe.parallel, if on_gpu { 0 } else { model.num_params() });
@@ -178,68 +199,110 @@ pub fn train_session(
         if faulty(FaultKind::HangBeforeCollective, s) {
             hang(rank, s, tele);
         }
-        let batch = loader.next_batch();
-        let shape = [batch.rows as i64, batch.cols as i64];
-        let x = Tensor::f_from_slice(&batch.inputs)?.f_view(shape)?.f_to_device(device)?;
-        let y = Tensor::f_from_slice(&batch.targets)?.f_view(shape)?.f_to_device(device)?;
+        let (input, tokens, mut kind_metrics) = match recipe.kind {
+            Kind::Grpo => {
+                let (rollouts, split) = rollout(recipe, &model, reference.as_ref(), &mut loader, tele, step, device)?;
+                let tokens = rollouts.inputs.numel() as u64;
+                if rank == 0 && (s % 10 == 0 || s == steps) {
+                    for sample in &rollouts.samples {
+                        println!(
+                            "sample step {s}: {} -> {} (reward {})",
+                            sample.prompt, sample.completion, sample.reward
+                        );
+                    }
+                }
+                let mut m = rollouts.stats.clone();
+                m.extend(split);
+                (Input::Rollouts(rollouts), tokens, m)
+            }
+            _ => {
+                let batch = loader.next_batch();
+                let shape = [batch.rows as i64, batch.cols as i64];
+                let x = Tensor::f_from_slice(&batch.inputs)?.f_view(shape)?.f_to_device(device)?;
+                let y = Tensor::f_from_slice(&batch.targets)?.f_view(shape)?.f_to_device(device)?;
+                (Input::Batch { x, y }, batch.inputs.len() as u64, Vec::new())
+            }
+        };
         let t_data = Instant::now();
 
-        tele.phase(step, Phase::Fwd);
-        let (loss, logits) = super::cuda::autocast(device, recipe.train.dtype, || model.loss_and_logits(&x, &y))?;
-        let t_fwd = Instant::now();
+        // One pass, or GRPO's ppo_epochs passes over its rollouts, each an optimizer step.
+        let passes = if recipe.kind == Kind::Grpo { recipe.grpo.ppo_epochs } else { 1 };
+        let mut spent = [Duration::ZERO; 4];
+        let (mut loss_sum, mut grad_norm, mut lr) = (0.0, 0.0, 0.0);
+        let mut pass_metrics: Vec<(String, f64)> = Vec::new();
+        // Each pass starts where the last ended: the step's parts add up to its time.
+        let mut t_opt = t_data;
+        for pass in 0..passes {
+            let t_pass = t_opt;
+            tele.phase(step, Phase::Fwd);
+            let (loss, metrics) = super::cuda::autocast(device, recipe.train.dtype, || {
+                forward(recipe, &model, reference.as_ref(), &input)
+            })?;
+            let t_fwd = Instant::now();
 
-        tele.phase(step, Phase::Bwd);
-        zero_grad(model.params_mut())?;
-        loss.f_backward()?;
-        // Reads the loss back to the host: a synchronisation point on a GPU.
-        let loss_value = loss.f_double_value(&[])?;
-        if faulty(FaultKind::Slow, s) {
-            if s == fault.step {
-                eprintln!(
-                    "rank {rank}: fault injection: {}% slower from step {s} at unix ms {}",
-                    fault.slow_pct,
-                    unix_ms()
-                );
+            tele.phase(step, Phase::Bwd);
+            zero_grad(model.params_mut())?;
+            loss.f_backward()?;
+            // Reads the loss back to the host: a synchronisation point on a GPU.
+            loss_sum += loss.f_double_value(&[])?;
+            if faulty(FaultKind::Slow, s) {
+                if s == fault.step && pass == 0 {
+                    eprintln!(
+                        "rank {rank}: fault injection: {}% slower from step {s} at unix ms {}",
+                        fault.slow_pct,
+                        unix_ms()
+                    );
+                }
+                // A slow device: its backward takes slow_pct % longer than this pass's compute.
+                std::thread::sleep(t_pass.elapsed().mul_f64(fault.slow_pct / 100.0));
             }
-            // A slow device: its backward takes slow_pct % longer than this step's compute.
-            let compute = t_fwd.duration_since(t_data) + t_fwd.elapsed();
-            std::thread::sleep(compute.mul_f64(fault.slow_pct / 100.0));
-        }
-        let t_bwd = Instant::now();
+            let t_bwd = Instant::now();
 
-        // A lone rank has nothing to average: no phase, no copies, comm_ms exactly 0.
-        let t_comm = if world > 1 {
-            tele.phase(step, Phase::Comm);
-            group.set_step(step);
-            // Only the first step at or after fault.step plays these (a stalled rank never
-            // comes back; a mismatch breaks the ring).
-            let first_faulty = s == fault.step && fault.rank == rank;
-            if first_faulty && fault.kind == FaultKind::HangInCollective {
-                eprintln!("rank {rank}: fault injection: stalling mid-ring in step {s} at unix ms {}", unix_ms());
-                group.inject(InjectedFault::StallAfterFirstChunk);
-            }
-            let shrink = first_faulty && fault.kind == FaultKind::Mismatch;
-            if shrink {
-                eprintln!("rank {rank}: fault injection: one element short in step {s} at unix ms {}", unix_ms());
-            }
-            if on_gpu {
-                gpu_comm.all_reduce_mean(model.params(), group, step)?;
+            // A lone rank has nothing to average: no phase, no copies, comm_ms exactly 0.
+            let t_comm = if world > 1 {
+                tele.phase(step, Phase::Comm);
+                group.set_step(step);
+                // Only the first pass of the first step at or after fault.step plays these (a
+                // stalled rank never comes back; a mismatch breaks the ring).
+                let first_faulty = s == fault.step && fault.rank == rank && pass == 0;
+                if first_faulty && fault.kind == FaultKind::HangInCollective {
+                    eprintln!("rank {rank}: fault injection: stalling mid-ring in step {s} at unix ms {}", unix_ms());
+                    group.inject(InjectedFault::StallAfterFirstChunk);
+                }
+                let shrink = first_faulty && fault.kind == FaultKind::Mismatch;
+                if shrink {
+                    eprintln!("rank {rank}: fault injection: one element short in step {s} at unix ms {}", unix_ms());
+                }
+                if on_gpu {
+                    gpu_comm.all_reduce_mean(model.params(), group, step)?;
+                } else {
+                    comm.all_reduce_mean(model.params(), group, shrink).map_err(|e| match e {
+                        CommError::Torch(t) => TrainError::Torch(t),
+                        CommError::Collective(c) => TrainError::Collective { step: s, source: c },
+                    })?;
+                }
+                Instant::now()
             } else {
-                comm.all_reduce_mean(model.params(), group, shrink).map_err(|e| match e {
-                    CommError::Torch(t) => TrainError::Torch(t),
-                    CommError::Collective(c) => TrainError::Collective { step: s, source: c },
-                })?;
-            }
-            Instant::now()
-        } else {
-            t_bwd
-        };
+                t_bwd
+            };
 
-        tele.phase(step, Phase::Opt);
-        let lr = lr_at(&recipe.train, s);
-        let grad_norm = clip_grad_norm(model.params_mut(), recipe.train.grad_clip)?;
-        opt.step(model.params_mut(), lr)?;
-        let t_opt = Instant::now();
+            tele.phase(step, Phase::Opt);
+            lr = lr_at(&recipe.train, s);
+            grad_norm = clip_grad_norm(model.params_mut(), recipe.train.grad_clip)?;
+            opt.step(model.params_mut(), lr)?;
+            t_opt = Instant::now();
+            for (i, (a, b)) in
+                [(t_pass, t_fwd), (t_fwd, t_bwd), (t_bwd, t_comm), (t_comm, t_opt)].into_iter().enumerate()
+            {
+                spent[i] += b.duration_since(a);
+            }
+            add_mean(&mut pass_metrics, metrics, pass, passes);
+        }
+        let loss_value = loss_sum / f64::from(passes);
+        kind_metrics.extend(pass_metrics);
+        if recipe.kind == Kind::Grpo {
+            kind_metrics.push(("time/update_ms".into(), t_opt.duration_since(t_data).as_secs_f64() * 1e3));
+        }
 
         let ms = |a: Instant, b: Instant| b.duration_since(a).as_secs_f64() * 1e3;
         let metrics = StepMetrics {
@@ -247,26 +310,20 @@ pub fn train_session(
             loss: loss_value,
             lr,
             grad_norm,
-            tokens: batch.inputs.len() as u64,
+            tokens,
             step_time_ms: ms(t0, t_opt),
             data_ms: ms(t0, t_data),
-            fwd_ms: ms(t_data, t_fwd),
-            bwd_ms: ms(t_fwd, t_bwd),
-            comm_ms: ms(t_bwd, t_comm),
-            opt_ms: ms(t_comm, t_opt),
+            fwd_ms: spent[0].as_secs_f64() * 1e3,
+            bwd_ms: spent[1].as_secs_f64() * 1e3,
+            comm_ms: spent[2].as_secs_f64() * 1e3,
+            opt_ms: spent[3].as_secs_f64() * 1e3,
             mem_rss_bytes: rss_bytes(),
         };
         // A NaN or infinite loss is reported as is (the server flags it) and training goes on.
         tele.step(&metrics, s == steps);
-        if sft && (s == steps || s.is_multiple_of(recipe.telemetry.step_interval.max(1))) {
-            let accuracy = super::eval::token_accuracy(&logits, &y)?;
-            let response_tokens = batch.targets.iter().filter(|&&t| t != super::data::IGNORE).count();
-            tele.metrics(
-                step,
-                vec![("mean_token_accuracy".into(), accuracy), ("num_tokens".into(), response_tokens as f64)],
-            );
+        if s == steps || s.is_multiple_of(recipe.telemetry.step_interval.max(1)) {
+            tele.metrics(step, kind_metrics);
         }
-        drop(logits);
         on_step(&metrics);
         if eval_every > 0 && (s.is_multiple_of(eval_every) || s == steps) {
             evaluate(&model, loader.source(), recipe, group, tele, step, device)?;
@@ -286,6 +343,93 @@ pub fn train_session(
     ckpt.finish()?;
     tele.phase(Step(last), Phase::Done);
     Ok(TrainOutcome { steps: last, final_loss, data_position: loader.position(), stopped })
+}
+
+/// What a step's passes train on: a batch of rows, or GRPO's scored rollouts.
+enum Input {
+    Batch { x: Tensor, y: Tensor },
+    Rollouts(Rollouts),
+}
+
+/// The step's loss and what the kind adds: for sft the token accuracy and the answer tokens
+/// counted, for dpo the preference metrics against `reference`, for grpo the policy's entropy,
+/// clipping and KL.
+fn forward(
+    recipe: &Recipe,
+    model: &Gpt,
+    reference: Option<&Gpt>,
+    input: &Input,
+) -> Result<(Tensor, Vec<(String, f64)>), TchError> {
+    let (x, y) = match input {
+        Input::Rollouts(r) => return grpo::loss(model, r, &recipe.grpo),
+        Input::Batch { x, y } => (x, y),
+    };
+    match (recipe.kind, reference) {
+        (Kind::Dpo, Some(reference)) => super::dpo::loss(model, reference, x, y, recipe.dpo.beta),
+        (Kind::Sft, _) => {
+            let (loss, logits) = model.loss_and_logits(x, y)?;
+            let accuracy = super::eval::token_accuracy(&logits, y)?;
+            let answer_tokens = y.f_ne(super::data::IGNORE)?.f_sum(tch::Kind::Float)?.f_double_value(&[])?;
+            Ok((loss, vec![("mean_token_accuracy".into(), accuracy), ("num_tokens".into(), answer_tokens)]))
+        }
+        _ => Ok((model.loss(x, y)?, Vec::new())),
+    }
+}
+
+/// Folds pass `pass` of `passes` into the running means of each metric, by name.
+fn add_mean(means: &mut Vec<(String, f64)>, metrics: Vec<(String, f64)>, pass: u32, passes: u32) {
+    for (name, v) in metrics {
+        let share = v / f64::from(passes);
+        match means.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, m)) => *m += share,
+            None if pass == 0 => means.push((name, share)),
+            None => {}
+        }
+    }
+}
+
+/// GRPO's rollout for `step`: this rank's prompts, a group of completions sampled for each
+/// (phase generate), their rewards and advantages (score), and the log-probabilities the update
+/// compares against (reference). Returns the rollouts and the three phases' times.
+fn rollout(
+    recipe: &Recipe,
+    model: &Gpt,
+    reference: Option<&Gpt>,
+    loader: &mut Loader,
+    tele: &TelemetryTx,
+    step: Step,
+    device: tch::Device,
+) -> Result<(Rollouts, Vec<(String, f64)>), TrainError> {
+    let cfg = &recipe.grpo;
+    let prompts = loader.next_prompts(recipe.model.context as usize - cfg.max_new_tokens as usize);
+    let source = loader.source();
+    tele.phase(step, Phase::Generate);
+    let t0 = Instant::now();
+    let mut groups = grpo::generate(model, source, &prompts, cfg, recipe.train.seed, device)?;
+    let t1 = Instant::now();
+    tele.phase(step, Phase::Score);
+    grpo::score(source, &mut groups, cfg.format_reward);
+    let mut rollouts = grpo::rollouts(source, &groups, cfg.samples as usize, device)?;
+    let t2 = Instant::now();
+    tele.phase(step, Phase::Reference);
+    {
+        let _no_grad = tch::no_grad_guard();
+        if let Some(reference) = reference {
+            rollouts.ref_logps = Some(grpo::token_logps(reference, &rollouts.inputs, &rollouts.targets)?.0);
+        }
+        // One pass is on-policy: its ratio is 1 by construction, against its own detached copy.
+        if cfg.ppo_epochs > 1 {
+            rollouts.old_logps = Some(grpo::token_logps(model, &rollouts.inputs, &rollouts.targets)?.0);
+        }
+    }
+    let t3 = Instant::now();
+    let ms = |a: Instant, b: Instant| b.duration_since(a).as_secs_f64() * 1e3;
+    let split = vec![
+        ("time/generate_ms".to_string(), ms(t0, t1)),
+        ("time/score_ms".to_string(), ms(t1, t2)),
+        ("time/reference_ms".to_string(), ms(t2, t3)),
+    ];
+    Ok((rollouts, split))
 }
 
 /// One eval at `step` on every rank (a collective: every rank calls it at the same steps); rank

@@ -248,6 +248,119 @@ fn hang_before_collective_parks_after_reporting_data() {
     assert!(quiet.is_err(), "{quiet:?}");
 }
 
+/// A GRPO recipe the tests can afford: 4 completions of each prompt, answers of at most 3
+/// tokens, and a format reward so that an untrained policy already sees rewards that differ.
+fn grpo_recipe(world: u32, batch_per_rank: u32, steps: u64) -> Recipe {
+    let mut r = recipe(world, batch_per_rank, steps);
+    r.kind = crate::recipe::Kind::Grpo;
+    r.data.source = crate::recipe::DataSource::Synthetic { generator: "arith-qa".into() };
+    r.grpo = crate::recipe::Grpo { group_size: 4, max_new_tokens: 3, format_reward: 1.0, ..Default::default() };
+    r.train.lr = 1e-2;
+    r
+}
+
+/// Runs `recipe` as `group`'s rank with a telemetry socket: every step's metrics, the kind's
+/// metrics by step, and the phases in order.
+#[allow(clippy::type_complexity)]
+fn run_reporting(
+    recipe: &Recipe,
+    group: &mut dyn StepCollective,
+) -> (Vec<StepMetrics>, Vec<Vec<(String, f64)>>, Vec<String>) {
+    let (_dir, path, rx) = agent();
+    let tel = Telemetry::connect(Some(&path), "local", group.rank(), &recipe.telemetry);
+    let mut steps = Vec::new();
+    let out = train(recipe, group, tel.tx(), &mut |m| steps.push(m.clone())).unwrap();
+    tel.finish(Some((out.steps, out.final_loss)));
+    let mut kind = vec![Vec::new(); recipe.train.steps as usize + 1];
+    let mut phases = Vec::new();
+    for m in rx.iter() {
+        match m {
+            RankMsg::Metrics { step, metrics } => kind[step.0 as usize].extend(metrics),
+            RankMsg::Phase { step, phase, .. } => phases.push(format!("{}:{}", step.0, phase.name())),
+            _ => {}
+        }
+    }
+    (steps, kind, phases)
+}
+
+fn metric(m: &[(String, f64)], name: &str) -> f64 {
+    m.iter().find(|(n, _)| n == name).unwrap_or_else(|| panic!("no {name} in {m:?}")).1
+}
+
+#[test]
+fn a_grpo_step_generates_scores_and_references_before_its_update_and_reports_trls_metrics() {
+    let mut r = grpo_recipe(1, 2, 2);
+    r.grpo.ppo_epochs = 2;
+    let (steps, kind, phases) = run_reporting(&r, &mut Solo);
+    let want = "1:data 1:generate 1:score 1:reference 1:fwd 1:bwd 1:opt 1:fwd 1:bwd 1:opt 2:data";
+    assert!(phases.join(" ").starts_with(want), "{phases:?}");
+    for name in [
+        "reward",
+        "reward_std",
+        "frac_reward_zero_std",
+        "kl",
+        "entropy",
+        "clip_ratio",
+        "completions/mean_length",
+        "completions/clipped_ratio",
+        "time/generate_ms",
+        "time/score_ms",
+        "time/reference_ms",
+        "time/update_ms",
+    ] {
+        let v = metric(&kind[1], name);
+        assert!(v.is_finite() && v >= 0.0, "{name} = {v}");
+    }
+    assert!((1.0..=3.0).contains(&metric(&kind[1], "completions/mean_length")));
+    // The parts of the step still add up to its time, over both passes.
+    let m = &steps[1];
+    let parts = m.data_ms + m.fwd_ms + m.bwd_ms + m.comm_ms + m.opt_ms;
+    assert!((parts - m.step_time_ms).abs() < 1e-6, "{m:?}");
+    // Two passes: the second is off-policy, so its ratio can leave the clip range; the first
+    // pass alone (ppo_epochs = 1) never clips.
+    r.grpo.ppo_epochs = 1;
+    let (_, kind, _) = run_reporting(&r, &mut Solo);
+    assert_eq!(metric(&kind[1], "clip_ratio"), 0.0);
+}
+
+#[test]
+fn grpo_on_two_ranks_with_b_prompts_each_updates_as_one_rank_with_2b_and_repeats_bit_for_bit() {
+    let steps = 4;
+    let one = grpo_recipe(1, 4, steps);
+    let (solo, solo_kind, _) = run_reporting(&one, &mut Solo);
+    // The same seed twice: the same rewards, bit for bit.
+    let (_, again, _) = run_reporting(&one, &mut Solo);
+    for s in 1..=steps as usize {
+        assert_eq!(metric(&solo_kind[s], "reward").to_bits(), metric(&again[s], "reward").to_bits(), "step {s}");
+    }
+    let r2 = grpo_recipe(2, 2, steps);
+    let slots = Arc::new(Mutex::new(vec![Vec::new(), Vec::new()]));
+    let barrier = Arc::new(Barrier::new(2));
+    let ranks: Vec<_> = (0..2)
+        .map(|rank| {
+            let (r2, slots, barrier) = (r2.clone(), slots.clone(), barrier.clone());
+            std::thread::spawn(move || run_reporting(&r2, &mut ThreadGroup { rank, world: 2, slots, barrier }))
+        })
+        .collect();
+    let per_rank: Vec<_> = ranks.into_iter().map(|h| h.join().unwrap()).collect();
+    let mut rewarded = 0.0;
+    for s in 1..=steps as usize {
+        // The rollouts are the same completions: each rank's reward is its half of the batch's.
+        let two = (metric(&per_rank[0].1[s], "reward") + metric(&per_rank[1].1[s], "reward")) / 2.0;
+        let want = metric(&solo_kind[s], "reward");
+        assert!((two - want).abs() < 1e-12, "step {s}: reward {two} on 2 ranks, {want} on 1");
+        rewarded += want;
+        // The update: the averaged gradient has the same norm as one rank's over the whole batch.
+        let (g1, g2) = (solo[s - 1].grad_norm, per_rank[0].0[s - 1].grad_norm);
+        assert!((g1 - g2).abs() <= 1e-4 * g1.abs(), "step {s}: grad norm {g1} vs {g2}");
+        assert_eq!(per_rank[0].0[s - 1].grad_norm, per_rank[1].0[s - 1].grad_norm);
+        let l2 = (per_rank[0].0[s - 1].loss + per_rank[1].0[s - 1].loss) / 2.0;
+        assert!((l2 - solo[s - 1].loss).abs() < 1e-5, "step {s}: loss {l2} vs {}", solo[s - 1].loss);
+    }
+    // Not a vacuous match: the format reward gave the groups something to compare.
+    assert!(rewarded > 0.0 && solo.iter().all(|m| m.grad_norm > 0.0), "{solo:?}");
+}
+
 /// Not a test: the tiny-gpt measurement (ms/step at 1 torch thread, loss ratio over 200 steps).
 /// `cargo test --release --lib worker::train::tests::measure_tiny_gpt -- --ignored --nocapture`
 #[test]

@@ -17,6 +17,13 @@ pub fn to_toml(recipe: &Recipe) -> Result<String, String> {
     if let Some(data) = obj.get_mut("data").and_then(Json::as_object_mut) {
         data.insert("source".into(), Json::String(source));
     }
+    // A kind's own table is written only for that kind (the parser refuses it elsewhere).
+    use crate::recipe::Kind;
+    for (table, kind) in [("dpo", Kind::Dpo), ("grpo", Kind::Grpo)] {
+        if recipe.kind != kind {
+            obj.remove(table);
+        }
+    }
     // `[init] from` is one string in the file.
     if let Some(init) = &recipe.init {
         obj.insert("init".into(), serde_json::json!({ "from": init.from.text() }));
