@@ -1,6 +1,7 @@
-//! Fine-tuning end to end on two local ranks: a pretrained run fine-tuned with `kind = "sft"`
+//! Post-training end to end on two local ranks: a pretrained run fine-tuned with `kind = "sft"`
 //! from its checkpoint (`[init] from`) answers far more held-out questions, the chain is in the
-//! history, a stopped sft run resumes bit for bit, and an init of another shape is refused.
+//! history, a stopped sft run resumes bit for bit, and an init of another shape is refused; DPO
+//! widens its margins and GRPO raises its reward, each resuming bit for bit.
 mod common;
 use common::*;
 use std::collections::BTreeMap;
@@ -192,6 +193,52 @@ fn dpo_from_a_pretrained_run_widens_its_margins_and_resumes_bit_for_bit() {
     for key in ["loss", "rewards/margins", "logps/rejected"] {
         let want: BTreeMap<_, _> =
             series(&db, &dpo, key).into_iter().filter(|((s, _), _)| *s > 100).map(|(k, v)| (k, v.to_bits())).collect();
+        let got: BTreeMap<_, _> = series(&db, &child, key).into_iter().map(|(k, v)| (k, v.to_bits())).collect();
+        assert_eq!(got.len(), 200, "{key}");
+        assert_eq!(got, want, "{key} after step 100 differs (bits)");
+    }
+    db.finish();
+}
+
+#[test]
+fn grpo_from_a_pretrained_run_raises_its_reward_and_resumes_bit_for_bit() {
+    let db = Db::new();
+    let pre = recipe("tiny-gpt.toml");
+    let pre = run_id(&ok(&db.run(&["run", pre.to_str().unwrap(), "--headless"])));
+    let grpo = recipe("grpo-arith.toml");
+    let grpo = run_id(&ok(&db.run(&["run", grpo.to_str().unwrap(), "--headless", "--set", "init.from=tiny-gpt"])));
+    // Both ranks' sampled rewards, early against late.
+    let reward = series(&db, &grpo, "reward");
+    let mean = |from: u64, to: u64| {
+        let xs: Vec<f64> = reward.iter().filter(|((s, _), _)| (from..=to).contains(s)).map(|(_, v)| *v).collect();
+        assert_eq!(xs.len() as u64, 2 * (to - from + 1), "a reward per rank per step");
+        xs.iter().sum::<f64>() / xs.len() as f64
+    };
+    let (first, last) = (mean(1, 50), mean(151, 200));
+    assert!(last > first, "reward rises: {first:.3} over steps 1-50, {last:.3} over 151-200");
+    assert!(reward.values().all(|r| (0.0..=1.0).contains(r)), "exact match only: rewards in [0, 1]");
+    for key in ["reward_std", "frac_reward_zero_std", "kl", "entropy", "clip_ratio", "completions/mean_length"] {
+        assert_eq!(series(&db, &grpo, key).len(), 400, "{key}: every step of both ranks");
+    }
+    for key in ["time/generate_ms", "time/score_ms", "time/reference_ms", "time/update_ms"] {
+        assert!(series(&db, &grpo, key).values().all(|ms| *ms >= 0.0), "{key}");
+    }
+    assert_eq!(evals(&db, &grpo).iter().map(|e| e.0).collect::<Vec<_>>(), vec![0, 50, 100, 150, 200]);
+    // The samples rank 0 prints say what was asked, answered and rewarded.
+    let logs = run_logs(&db);
+    assert!(
+        logs.lines().any(|l| l.starts_with("sample step 200: ") && l.contains(" -> ") && l.contains("(reward ")),
+        "{logs}"
+    );
+    let show = db.json(&["show", &grpo, "--json"]);
+    assert_eq!(show["run"]["init_from"]["run"], pre.as_str());
+
+    // Resumed from step 100: sampling is keyed by the prompts' indices and the reference is
+    // rebuilt from the init, so every later rollout and update repeats the straight run's bits.
+    let child = run_id(&ok(&db.run(&["resume", &grpo, "--step", "100", "--headless"])));
+    for key in ["loss", "reward", "kl", "grad_norm"] {
+        let want: BTreeMap<_, _> =
+            series(&db, &grpo, key).into_iter().filter(|((s, _), _)| *s > 100).map(|(k, v)| (k, v.to_bits())).collect();
         let got: BTreeMap<_, _> = series(&db, &child, key).into_iter().map(|(k, v)| (k, v.to_bits())).collect();
         assert_eq!(got.len(), 200, "{key}");
         assert_eq!(got, want, "{key} after step 100 differs (bits)");

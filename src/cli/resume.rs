@@ -72,10 +72,11 @@ async fn overridden(client: &mut Client, run: &str, overrides: &[String]) -> any
     };
     let parent: crate::recipe::Recipe = serde_json::from_str(&detail.run.recipe_json)
         .map_err(|e| anyhow::anyhow!("run {}: its stored recipe cannot be read: {e}", detail.run.id))?;
-    use crate::recipe::Kind::{Dpo, Pretrain, Sft};
-    if !matches!(parent.kind, Pretrain | Sft | Dpo) {
+    use crate::recipe::Kind::{Dpo, Grpo, Pretrain, Sft};
+    if !matches!(parent.kind, Pretrain | Sft | Dpo | Grpo) {
         return Ok(Err(format!(
-            "run {}: only kind = \"pretrain\", \"sft\" and \"dpo\" runs have checkpoints to resume",
+            "run {}: only the embedded trainers' runs (kind = \"pretrain\", \"sft\", \"dpo\", \"grpo\") have \
+             checkpoints to resume",
             detail.run.id
         )));
     }

@@ -99,11 +99,11 @@ pub(super) fn model_diff(child: &Recipe, parent: &Recipe) -> Option<String> {
 /// What a resume may change: anything but the model's shape and the world size (a checkpoint
 /// is not resharded), and it must leave steps to train (never zero steps that exit 0).
 pub fn check_resume(parent: &Recipe, child: &Recipe, step: u64, saved_world: u32) -> Result<(), String> {
-    use crate::recipe::Kind::{Dpo, Pretrain, Sft};
-    if !matches!(parent.kind, Pretrain | Sft | Dpo) || child.kind != parent.kind {
+    use crate::recipe::Kind::{Dpo, Grpo, Pretrain, Sft};
+    if !matches!(parent.kind, Pretrain | Sft | Dpo | Grpo) || child.kind != parent.kind {
         return Err(format!(
-            "only kind = \"pretrain\", \"sft\" and \"dpo\" runs have checkpoints to resume, as their own kind (the run \
-             is {:?}, the resume {:?})",
+            "only the embedded trainers' runs (kind = \"pretrain\", \"sft\", \"dpo\", \"grpo\") have checkpoints to \
+             resume, as their own kind (the run is {:?}, the resume {:?})",
             parent.kind, child.kind
         ));
     }
