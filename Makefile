@@ -9,7 +9,7 @@ TORCH_ENV := $(FLIGHTDECK_CACHE)/torch-env.mk
 BIN := target/release/flightdeck
 DEMO_DB ?= $(FLIGHTDECK_CACHE)/demo-db
 
-.PHONY: all build demo demo-torch demo-headless test check deps torch python-deps clean-cache fmt fmt-check lint
+.PHONY: all build demo demo-rl demo-torch demo-headless test check deps torch python-deps clean-cache fmt fmt-check lint
 
 all: build
 
@@ -53,6 +53,15 @@ demo: build
 demo-torch: build
 	$(BIN) --db $(DEMO_DB) run recipes/torch-ddp.toml \
 		--set 'command.argv=["$(FD_VENV)/bin/python", "../assets/examples/torch_ddp.py", "--steps", "200"]'
+
+# Post-training as a chain on 2 local ranks: pretrain tiny-gpt, fine-tune it on arithmetic
+# questions (sft-arith), then GRPO from that checkpoint in the cockpit (the rl layout: reward,
+# KL, completion length, the time split, samples). Each stage starts from the newest run of the
+# one before (init.from names a run); the history shows the chain.
+demo-rl: build
+	$(BIN) --db $(DEMO_DB) run recipes/tiny-gpt.toml --headless
+	$(BIN) --db $(DEMO_DB) run recipes/sft-arith.toml --headless
+	$(BIN) --db $(DEMO_DB) run recipes/grpo-arith.toml
 
 # The same run with one progress line per interval instead of the cockpit.
 demo-headless: build

@@ -20,9 +20,10 @@ fn every_shipped_layout_loads_and_names_distinct_panels() {
     }
     assert_eq!(n, layout::BUILTIN.len(), "every file in layouts/ is built in");
     let all = layout::load_all(None).expect("built-in layouts");
-    assert_eq!(all.iter().map(|l| l.name.as_str()).collect::<Vec<_>>(), ["default", "debug", "compare", "gpu"]);
+    assert_eq!(all.iter().map(|l| l.name.as_str()).collect::<Vec<_>>(), ["default", "debug", "compare", "gpu", "rl"]);
     assert_eq!(all[2].screen, ScreenKind::Compare);
     assert!(all[0].panels().contains(&PanelKind::Chart));
+    assert_eq!(all[4].panels()[..3], [PanelKind::Rl, PanelKind::Phases, PanelKind::Samples]);
 }
 
 fn layout_err(text: &str) -> String {
@@ -37,7 +38,7 @@ fn invalid_layouts_are_refused_with_file_place_and_choices() {
     let e = layout_err("name = \"x\"\nsplit = \"rows\"\n[[part]]\npanel = \"chart\"\n[[part]]\npanel = \"charts\"\n");
     assert_eq!(
         e,
-        "layouts/bad.toml: part[1]: unknown panel \"charts\"; valid panels: chart, ranks, heatmap, collectives, logs, events, gpu, matrix, stacks, verdict"
+        "layouts/bad.toml: part[1]: unknown panel \"charts\"; valid panels: chart, ranks, heatmap, collectives, logs, events, gpu, matrix, stacks, verdict, rl, phases, samples"
     );
     let e = layout_err("name = \"x\"\nsplit = \"rows\"\n[[part]]\nratio = 0\npanel = \"chart\"\n");
     assert_eq!(e, "layouts/bad.toml: part[0]: ratio = 0: a ratio is a whole number from 1 to 100");
@@ -100,7 +101,7 @@ fn user_layouts_replace_by_name_and_append() {
     std::fs::write(dir.path().join("layouts/default.toml"), "name = \"default\"\npanel = \"ranks\"\n").expect("write");
     let all = layout::load_all(Some(dir.path())).expect("layouts");
     let names: Vec<&str> = all.iter().map(|l| l.name.as_str()).collect();
-    assert_eq!(names, ["default", "debug", "compare", "gpu", "mine"]);
+    assert_eq!(names, ["default", "debug", "compare", "gpu", "rl", "mine"]);
     assert_eq!(all[0].panels(), [PanelKind::Ranks]);
     std::fs::write(dir.path().join("layouts/broken.toml"), "name = \"b\"\npanel = \"nope\"\n").expect("write");
     let e = layout::load_all(Some(dir.path())).expect_err("broken").to_string();

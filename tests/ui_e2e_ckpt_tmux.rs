@@ -4,31 +4,13 @@
 //! that trains on in the Run screen and is linked to its parent in `runs --json`.
 mod common;
 
-use common::tmux::{self, Tmux};
+use common::tmux::{self, rank_steps, Tmux};
 use common::{recipe, repo, Db};
 use std::time::Duration;
 
 /// Everything waited for on screen must happen within this (a loaded 2-core box starts and
 /// trains far slower than a laptop; the usual wait is seconds).
 const DEADLINE: Duration = Duration::from_secs(180);
-
-/// Each rank's step from the ranks table (rows under the `RANK STEP` header).
-fn rank_steps(screen: &str) -> Vec<(u32, u64)> {
-    let mut out = Vec::new();
-    let mut in_table = false;
-    for line in screen.lines() {
-        let cells: Vec<&str> = line.trim_matches(|c| "│┃ ".contains(c)).split_whitespace().collect();
-        if cells.first() == Some(&"RANK") && cells.get(1) == Some(&"STEP") {
-            in_table = true;
-            continue;
-        }
-        match (in_table, cells.first().and_then(|c| c.parse().ok()), cells.get(1).and_then(|c| c.parse().ok())) {
-            (true, Some(rank), Some(step)) => out.push((rank, step)),
-            _ => in_table = false,
-        }
-    }
-    out
-}
 
 /// The highlighted checkpoint row's step is not readable from plain capture-pane text, so the
 /// test moves by known offsets: rows are newest first and the cursor starts on the newest

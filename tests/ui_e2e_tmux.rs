@@ -4,77 +4,16 @@
 //! its own.
 mod common;
 
-use common::{bin, repo, Db};
+use common::tmux::{self, rank_steps, Tmux};
+use common::{repo, Db};
 use flightdeck::client::Client;
 use flightdeck::paths::DbPaths;
 use flightdeck::protocol::{Reply, Request};
-use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Everything the test waits for on screen must happen within this (a loaded 2-core box
 /// builds, starts and trains far slower than a laptop; the usual wait is seconds).
 const DEADLINE: Duration = Duration::from_secs(180);
-
-/// A tmux server on its own socket, killed when dropped (also when the test fails).
-struct Tmux {
-    socket: String,
-}
-
-impl Tmux {
-    fn cmd(&self, args: &[&str]) -> Output {
-        Command::new("tmux").arg("-L").arg(&self.socket).args(args).output().expect("running tmux")
-    }
-
-    fn screen(&self) -> String {
-        String::from_utf8_lossy(&self.cmd(&["capture-pane", "-p", "-t", "cockpit"]).stdout).into_owned()
-    }
-
-    fn type_text(&self, text: &str) {
-        assert!(self.cmd(&["send-keys", "-t", "cockpit", "-l", text]).status.success());
-    }
-
-    fn key(&self, key: &str) {
-        assert!(self.cmd(&["send-keys", "-t", "cockpit", key]).status.success());
-    }
-
-    /// Reads the screen until `pred` holds (the screen changing is the event waited for).
-    fn wait_for(&self, what: &str, pred: impl Fn(&str) -> bool) -> String {
-        let start = Instant::now();
-        loop {
-            let s = self.screen();
-            if pred(&s) {
-                return s;
-            }
-            assert!(!s.contains("COCKPIT-EXIT="), "the cockpit exited while waiting for {what}:\n{s}");
-            assert!(start.elapsed() < DEADLINE, "timed out waiting for {what}; the screen:\n{s}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = self.cmd(&["kill-server"]);
-    }
-}
-
-/// Each rank's step from the ranks table (rows under the `RANK STEP` header).
-fn rank_steps(screen: &str) -> Vec<(u32, u64)> {
-    let mut out = Vec::new();
-    let mut in_table = false;
-    for line in screen.lines() {
-        let cells: Vec<&str> = line.trim_matches(|c| "│┃ ".contains(c)).split_whitespace().collect();
-        if cells.first() == Some(&"RANK") && cells.get(1) == Some(&"STEP") {
-            in_table = true;
-            continue;
-        }
-        match (in_table, cells.first().and_then(|c| c.parse().ok()), cells.get(1).and_then(|c| c.parse().ok())) {
-            (true, Some(rank), Some(step)) => out.push((rank, step)),
-            _ => in_table = false,
-        }
-    }
-    out
-}
 
 fn has_chart_points(screen: &str) -> bool {
     screen.contains("loss mean") && screen.chars().any(|c| ('\u{2801}'..='\u{28ff}').contains(&c))
@@ -82,34 +21,14 @@ fn has_chart_points(screen: &str) -> bool {
 
 #[test]
 fn cockpit_launches_a_run_by_keys_and_quitting_leaves_it_running() {
-    if !Command::new("tmux").arg("-V").output().is_ok_and(|o| o.status.success()) {
+    if !tmux::installed() {
         common::skipped(file!(), "tmux is not installed (scripts/install-deps.sh installs it)");
         return;
     }
     let db = Db::new();
     let config = tempfile::tempdir().expect("tempdir");
-    let tmux = Tmux { socket: format!("fd-e2e-{}", std::process::id()) };
-    let shell = format!(
-        "env FLIGHTDECK_CONFIG={} FLIGHTDECK_SERVER_IDLE_MS=300 {} --db {}; echo COCKPIT-EXIT=$?; sleep 600",
-        config.path().display(),
-        bin().display(),
-        db.path().display()
-    );
-    let repo = repo();
-    let started = tmux.cmd(&[
-        "new-session",
-        "-d",
-        "-s",
-        "cockpit",
-        "-x",
-        "80",
-        "-y",
-        "24",
-        "-c",
-        repo.to_str().expect("utf-8 path"),
-        &shell,
-    ]);
-    assert!(started.status.success(), "tmux: {}", String::from_utf8_lossy(&started.stderr));
+    let shell = tmux::cockpit_shell(config.path(), db.path());
+    let tmux = Tmux::start("e2e", (80, 24), &repo(), &shell, DEADLINE);
     tmux.wait_for("the Home screen", |s| s.contains("no runs yet"));
 
     tmux.type_text(":run recipes/tiny-gpt.toml train.steps=30 cluster.ranks_per_node=2");
@@ -151,14 +70,14 @@ fn cockpit_launches_a_run_by_keys_and_quitting_leaves_it_running() {
 
 #[test]
 fn the_cockpit_starts_a_killed_server_again_and_follows_the_run_to_its_end() {
-    if !common::tmux::installed() {
+    if !tmux::installed() {
         common::skipped(file!(), "tmux is not installed (scripts/install-deps.sh installs it)");
         return;
     }
     let db = Db::new();
     let config = tempfile::tempdir().expect("tempdir");
-    let shell = common::tmux::cockpit_shell(config.path(), db.path());
-    let tmux = common::tmux::Tmux::start("e2e-re", (100, 30), &repo(), &shell, DEADLINE);
+    let shell = tmux::cockpit_shell(config.path(), db.path());
+    let tmux = Tmux::start("e2e-re", (100, 30), &repo(), &shell, DEADLINE);
     tmux.wait_for("the Home screen", |s| s.contains("no runs yet"));
     tmux.type_text(":run recipes/tiny-gpt.toml train.steps=60 cluster.ranks_per_node=2");
     tmux.key("Enter");

@@ -397,3 +397,24 @@ fn gpu_layout_from_nvml_fixtures() {
         insta::assert_snapshot!(format!("run_gpu_{}x{}", size.0, size.1), text);
     }
 }
+
+/// A finished GRPO run (tests/fixtures/telemetry/grpo-snapshot.json, recorded from a real
+/// 2-rank run) opens on the `rl` layout: its four charts, the time split and the samples.
+#[test]
+fn a_grpo_run_opens_on_the_rl_layout() {
+    let snap: RunSnapshot = fixture("grpo-snapshot.json");
+    let end = snap.detail.run.ended_ms.unwrap_or(0) + 1_000;
+    for size in SIZES {
+        let mut app = app(Start::Open(snap.detail.run.id.to_string()), size, end);
+        app.on_data(DataEvent::Snapshot(Box::new(snap.clone())));
+        let screen = draw(&app);
+        if size.0 >= 160 {
+            assert!(screen.contains("layout rl"), "{screen}");
+            for part in ["reward", "kl", "completions/mean_length", "eval/exact_match", "time split", "generate"] {
+                assert!(screen.contains(part), "{part} missing:\n{screen}");
+            }
+            assert!(screen.contains(" → "), "a sample:\n{screen}");
+        }
+        insta::assert_snapshot!(format!("run_rl_{}x{}", size.0, size.1), screen);
+    }
+}

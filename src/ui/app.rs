@@ -168,11 +168,16 @@ impl App {
         self.layouts.iter().filter(|l| l.screen == ScreenKind::Run).collect()
     }
 
-    /// The layout a run opens on when none is pinned: `gpu` for a CUDA run, else `default`.
+    /// The layout a run opens on when none is pinned: `rl` for a GRPO run, `gpu` for a CUDA
+    /// run, else `default`.
     fn preferred_layout(&self, r: &crate::store::RunRecord) -> usize {
         let recipe = serde_json::from_str::<serde_json::Value>(&r.recipe_json).ok();
-        let device = recipe.as_ref().and_then(|v| v.pointer("/cluster/device")?.as_str().map(str::to_string));
-        let want = if device.as_deref() == Some("cuda") { "gpu" } else { "default" };
+        let field = |path: &str| recipe.as_ref().and_then(|v| v.pointer(path)?.as_str().map(str::to_string));
+        let want = match (field("/kind").as_deref(), field("/cluster/device").as_deref()) {
+            (Some("grpo"), _) => "rl",
+            (_, Some("cuda")) => "gpu",
+            _ => "default",
+        };
         let layouts = self.run_layouts();
         layouts
             .iter()

@@ -4,11 +4,12 @@ use ratatui::layout::{Constraint, Direction, Layout as RLayout, Rect};
 use std::path::Path;
 
 /// The built-in layouts, in the order `1`–`9` selects them.
-pub const BUILTIN: [(&str, &str); 4] = [
+pub const BUILTIN: [(&str, &str); 5] = [
     ("layouts/default.toml", include_str!("../../layouts/default.toml")),
     ("layouts/debug.toml", include_str!("../../layouts/debug.toml")),
     ("layouts/compare.toml", include_str!("../../layouts/compare.toml")),
     ("layouts/gpu.toml", include_str!("../../layouts/gpu.toml")),
+    ("layouts/rl.toml", include_str!("../../layouts/rl.toml")),
 ];
 
 /// Every panel a layout may name.
@@ -26,10 +27,13 @@ pub enum PanelKind {
     Matrix,
     Stacks,
     Verdict,
+    Rl,
+    Phases,
+    Samples,
 }
 
 impl PanelKind {
-    pub const ALL: [PanelKind; 12] = [
+    pub const ALL: [PanelKind; 15] = [
         PanelKind::Chart,
         PanelKind::Ranks,
         PanelKind::Heatmap,
@@ -42,6 +46,9 @@ impl PanelKind {
         PanelKind::Matrix,
         PanelKind::Stacks,
         PanelKind::Verdict,
+        PanelKind::Rl,
+        PanelKind::Phases,
+        PanelKind::Samples,
     ];
     pub fn name(self) -> &'static str {
         match self {
@@ -57,6 +64,9 @@ impl PanelKind {
             PanelKind::Matrix => "matrix",
             PanelKind::Stacks => "stacks",
             PanelKind::Verdict => "verdict",
+            PanelKind::Rl => "rl",
+            PanelKind::Phases => "phases",
+            PanelKind::Samples => "samples",
         }
     }
     fn screen(self) -> ScreenKind {

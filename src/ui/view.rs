@@ -5,7 +5,8 @@ use super::app::{App, Input, Overlay, Screen};
 use super::fmt::{self, STALE_MS};
 use super::layout::PanelKind;
 use super::panels::{
-    banner, chart, ckpts, collectives, compare, events, gpu, heatmap, help, incident, logs, matrix, ranks, stacks,
+    banner, chart, ckpts, collectives, compare, events, gpu, heatmap, help, incident, logs, matrix, phases, ranks, rl,
+    samples, stacks,
 };
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
@@ -268,6 +269,9 @@ impl App {
             }
             PanelKind::Stacks => stacks::render(&self.run.stacks, focused, self.now_ms(), area, buf),
             PanelKind::Verdict => banner::render_panel(m, focused, self.now_ms(), area, buf),
+            PanelKind::Rl => rl::render(m, &self.run.chart, focused, area, buf),
+            PanelKind::Phases => phases::render(m, focused, area, buf),
+            PanelKind::Samples => samples::render(m, focused, area, buf),
         }
     }
 }

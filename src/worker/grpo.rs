@@ -8,6 +8,7 @@
 use super::data::{Pair, Rng, Source, IGNORE};
 use super::model::{Gpt, KvCache};
 use crate::recipe::Grpo;
+use crate::record::SampleLine;
 use tch::{Device, Kind, TchError, Tensor};
 
 /// Mixed into train.seed for the sampling streams, so they are not the data's.
@@ -33,14 +34,6 @@ pub struct Group {
     pub completions: Vec<Completion>,
 }
 
-/// One sample a run keeps for the cockpit: prompt, completion and reward, as text.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Sample {
-    pub prompt: String,
-    pub completion: String,
-    pub reward: f64,
-}
-
 /// A rank's scored rollouts as the update reads them: rows of prompt + completion, targets only
 /// on the completion's tokens, one advantage per row, and the log-probabilities the update
 /// compares against (the reference's for the KL, the sampling policy's for the ratio).
@@ -53,7 +46,7 @@ pub struct Rollouts {
     pub old_logps: Option<Tensor>,
     /// reward, reward_std, frac_reward_zero_std, completions/*: what scoring measured.
     pub stats: Vec<(String, f64)>,
-    pub samples: Vec<Sample>,
+    pub samples: Vec<SampleLine>,
 }
 
 /// Samples `cfg.group_size` completions of `prompt` (global index `index`) from `model`:
@@ -156,9 +149,15 @@ fn group_std(rewards: &[f64]) -> f64 {
     (rewards.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / (n - 1.0).max(1.0)).sqrt()
 }
 
-/// Scores `groups` and lays them out for the update. `samples` groups (the first ones) give
-/// their first completion to the history.
-pub fn rollouts(source: &Source, groups: &[Group], samples: usize, device: Device) -> Result<Rollouts, TchError> {
+/// Lays scored `groups` out for the update. `samples` groups (the first ones) give their first
+/// completion to the history, as step `step`'s samples.
+pub fn rollouts(
+    source: &Source,
+    groups: &[Group],
+    samples: usize,
+    step: u64,
+    device: Device,
+) -> Result<Rollouts, TchError> {
     let rows: Vec<(&Group, &Completion)> =
         groups.iter().flat_map(|g| g.completions.iter().map(move |c| (g, c))).collect();
     // Row t predicts token t + 1: a row is the prompt and completion less its last token.
@@ -194,7 +193,8 @@ pub fn rollouts(source: &Source, groups: &[Group], samples: usize, device: Devic
         .iter()
         .take(samples)
         .filter_map(|g| {
-            g.completions.first().map(|c| Sample {
+            g.completions.first().map(|c| SampleLine {
+                step,
                 prompt: source.render(&g.prompt),
                 completion: source.render(&c.tokens),
                 reward: c.reward,

@@ -84,7 +84,7 @@ fn rollouts_put_targets_on_the_completion_only_and_advantages_per_row() {
             .map(|&reward| Completion { tokens: vec![4, END], truncated: false, reward })
             .collect(),
     };
-    let r = rollouts(&s, &[group(0, [1.0, 0.0]), group(1, [1.0, 1.0])], 1, Device::Cpu).unwrap();
+    let r = rollouts(&s, &[group(0, [1.0, 0.0]), group(1, [1.0, 1.0])], 1, 7, Device::Cpu).unwrap();
     // Rows of prompt + completion less the last token: 5 columns.
     assert_eq!(r.inputs.size(), vec![4, 5]);
     let t: Vec<i64> = Vec::try_from(r.targets.view([-1])).unwrap();
@@ -96,7 +96,7 @@ fn rollouts_put_targets_on_the_completion_only_and_advantages_per_row() {
     assert_eq!(stat("reward"), 0.75);
     assert_eq!(stat("frac_reward_zero_std"), 0.5);
     assert_eq!(stat("completions/mean_length"), 2.0);
-    assert_eq!(r.samples, vec![Sample { prompt: "2+2=".into(), completion: "4;".into(), reward: 1.0 }]);
+    assert_eq!(r.samples, vec![SampleLine { step: 7, prompt: "2+2=".into(), completion: "4;".into(), reward: 1.0 }]);
 }
 
 #[test]
@@ -110,7 +110,7 @@ fn on_policy_against_itself_the_loss_has_no_kl_no_clipping_and_a_gradient() {
     for (c, r) in groups[0].completions.iter_mut().zip([1.0, 0.0, 0.0, 0.0]) {
         c.reward = r;
     }
-    let mut r = rollouts(&s, &groups, 0, Device::Cpu).unwrap();
+    let mut r = rollouts(&s, &groups, 0, 1, Device::Cpu).unwrap();
     r.ref_logps = Some(tch::no_grad(|| token_logps(&m, &r.inputs, &r.targets)).unwrap().0);
     let (loss, metrics) = loss(&m, &r, &cfg).unwrap();
     let get = |name: &str| metrics.iter().find(|(n, _)| n == name).unwrap().1;
@@ -137,7 +137,7 @@ fn a_gradient_step_on_the_loss_makes_the_better_completions_more_likely() {
             .map(|(tokens, reward)| Completion { tokens, truncated: false, reward })
             .collect(),
     };
-    let r = rollouts(&s, &[group], 0, Device::Cpu).unwrap();
+    let r = rollouts(&s, &[group], 0, 1, Device::Cpu).unwrap();
     let row_logps = |m: &Gpt| -> Vec<f64> {
         let (lp, _) = tch::no_grad(|| token_logps(m, &r.inputs, &r.targets)).unwrap();
         let sums = lp.sum_dim_intlist([1i64].as_slice(), false, tch::Kind::Double);

@@ -203,12 +203,10 @@ pub fn train_session(
             Kind::Grpo => {
                 let (rollouts, split) = rollout(recipe, &model, reference.as_ref(), &mut loader, tele, step, device)?;
                 let tokens = rollouts.inputs.numel() as u64;
-                if rank == 0 && (s % 10 == 0 || s == steps) {
+                // Every step: the cockpit's samples panel reads the newest from the logs.
+                if rank == 0 {
                     for sample in &rollouts.samples {
-                        println!(
-                            "sample step {s}: {} -> {} (reward {})",
-                            sample.prompt, sample.completion, sample.reward
-                        );
+                        println!("{}", sample.to_line());
                     }
                 }
                 let mut m = rollouts.stats.clone();
@@ -409,7 +407,7 @@ fn rollout(
     let t1 = Instant::now();
     tele.phase(step, Phase::Score);
     grpo::score(source, &mut groups, cfg.format_reward);
-    let mut rollouts = grpo::rollouts(source, &groups, cfg.samples as usize, device)?;
+    let mut rollouts = grpo::rollouts(source, &groups, cfg.samples as usize, step.0, device)?;
     let t2 = Instant::now();
     tele.phase(step, Phase::Reference);
     {

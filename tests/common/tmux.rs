@@ -78,6 +78,24 @@ impl Drop for Tmux {
     }
 }
 
+/// Each rank's step from the ranks table (rows under the `RANK STEP` header).
+pub fn rank_steps(screen: &str) -> Vec<(u32, u64)> {
+    let mut out = Vec::new();
+    let mut in_table = false;
+    for line in screen.lines() {
+        let cells: Vec<&str> = line.trim_matches(|c| "│┃ ".contains(c)).split_whitespace().collect();
+        if cells.first() == Some(&"RANK") && cells.get(1) == Some(&"STEP") {
+            in_table = true;
+            continue;
+        }
+        match (in_table, cells.first().and_then(|c| c.parse().ok()), cells.get(1).and_then(|c| c.parse().ok())) {
+            (true, Some(rank), Some(step)) => out.push((rank, step)),
+            _ => in_table = false,
+        }
+    }
+    out
+}
+
 /// The SGR parameters in force where `needle` starts on the first line holding it (tmux writes
 /// one escape per change; a reset `0` clears what came before).
 pub fn sgr_at(escaped: &str, needle: &str) -> Option<Vec<String>> {

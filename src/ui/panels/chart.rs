@@ -99,6 +99,20 @@ pub fn render(
 ) {
     let names = model.map(|m| m.metric_names()).unwrap_or_default();
     let metric = names.get(view.metric % names.len().max(1)).cloned().unwrap_or_else(|| "loss".into());
+    render_metric(model, view, &metric, parent, focused, area, buf);
+}
+
+/// The chart of one named metric (the `rl` panel's fixed charts), with `view`'s toggles.
+pub fn render_metric(
+    model: Option<&RunModel>,
+    view: &ChartView,
+    metric: &str,
+    parent: Option<&ParentLoss>,
+    focused: bool,
+    area: Rect,
+    buf: &mut Buffer,
+) {
+    let metric = metric.to_string();
     let series = model.and_then(|m| m.metrics.get(&metric));
     let last = series.and_then(|s| s.cross.last()).copied();
     let mut extra = match last {

@@ -12,5 +12,8 @@ pub mod home;
 pub mod incident;
 pub mod logs;
 pub mod matrix;
+pub mod phases;
 pub mod ranks;
+pub mod rl;
+pub mod samples;
 pub mod stacks;
