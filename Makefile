@@ -87,8 +87,8 @@ lint: deps $(TORCH_ENV)
 
 # Benchmarks against their references; results land in docs/benchmarks.md. Never part of
 # `make test`. BENCH_REPS / BENCH_HISTORY_REPS change the repetitions per side.
-.PHONY: bench bench-train bench-allreduce bench-overhead bench-history bench-fanout bench-tensorboard bench-parselog bench-torch bench-handshake
-bench: build bench-tensorboard
+.PHONY: bench bench-train bench-allreduce bench-overhead bench-history bench-fanout bench-tensorboard bench-parselog bench-torch bench-handshake bench-generate bench-transformers
+bench: build bench-tensorboard bench-transformers
 	scripts/bench.sh all
 
 bench-train: build
@@ -112,6 +112,9 @@ bench-overhead: build
 bench-history: build bench-tensorboard
 	scripts/bench.sh history
 
+bench-generate: build bench-transformers
+	scripts/bench.sh generate
+
 # pdsh and sshd come from scripts/install-deps.sh (make deps, which make build runs).
 bench-fanout: build
 	scripts/bench.sh fanout
@@ -125,3 +128,8 @@ python-deps: $(TORCH_ENV)
 # TensorBoard's own writer and loader, for the history reference: into the PyTorch venv, once.
 bench-tensorboard: $(TORCH_ENV)
 	@$(FD_VENV)/bin/python -c 'import tensorboard' 2>/dev/null || $(FD_VENV)/bin/pip install --quiet 'tensorboard==2.21.0'
+
+# transformers' generate, the generation reference: into the PyTorch venv, once (the same pin
+# as python-deps).
+bench-transformers: $(TORCH_ENV)
+	@$(FD_VENV)/bin/python -c 'import transformers' 2>/dev/null || $(FD_VENV)/bin/pip install --quiet 'transformers==5.25.0'

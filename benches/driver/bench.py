@@ -1,7 +1,7 @@
 """`make bench*`: runs benchmarks side by side with their references, prints each table, and
 rewrites each one's section of docs/benchmarks.md (between `<!-- bench:NAME:begin/end -->`).
 
-usage: bench.py [train|allreduce|overhead|history|fanout|parselog|torch|handshake|all]...   (scripts/bench.sh sets the tools)
+usage: bench.py [train|allreduce|overhead|history|fanout|parselog|torch|handshake|generate|all]...   (scripts/bench.sh sets the tools)
 Time: BENCH_BUDGET_S (default 1080 s for all four) is shared out by weight; each benchmark
 runs the repetitions it wants (BENCH_REPS, BENCH_HISTORY_REPS) while they fit in its share,
 and never fewer than its minimum. The doc's reps column says how many ran.
@@ -13,6 +13,7 @@ import time
 
 import allreduce
 import fanout
+import generate
 import handshake
 import history
 import overhead
@@ -31,6 +32,7 @@ BENCHES = {
     "parselog": ("Log adapters: parse-log and the live path", parselog, (), 0.06),
     "torch": ("Real PyTorch jobs: the shim's cost and hang detection", torchjob, (), 0.12),
     "handshake": ("The run secret's handshake: ring forming and store latency", handshake, (), 0.02),
+    "generate": ("GRPO generation against transformers' generate", generate, ("transformers",), 0.05),
 }
 DEFAULT_BUDGET_S = 1080
 

@@ -6,6 +6,7 @@
 //! line on stdout.
 mod allreduce;
 mod fanout;
+mod generate;
 mod handshake;
 mod history;
 mod roles;
@@ -21,7 +22,10 @@ const USAGE: &str = "usage: fdbench SUBCOMMAND [ARGS]
   history-write DIR RANKS STEPS     one run's metrics into a fresh store through the store writer
   history-load DIR COLUMNS          reopen, read loss for every rank, draw the chart from rollups
   fanout SSH_CONFIG HOSTS COMMAND   COMMAND on every host (comma-separated aliases) over ssh2, in parallel
-  handshake ROUNDS                  ring forming and store latency without and with the run secret";
+  handshake ROUNDS                  ring forming and store latency without and with the run secret
+  generate RECIPE_JSON THREADS REPS PROMPTS PROMPT_LEN NEW_TOKENS
+                                    GRPO sampling: PROMPTS groups of group_size rows per repetition
+  generate-split (the same)         the same loop's time per position: forward, logits to host, pick";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
@@ -63,6 +67,23 @@ fn run(args: &[String]) -> anyhow::Result<()> {
             fanout::main(config.as_ref(), &hosts, command)
         }
         "handshake" => handshake::main(numbers(rest, 1, "handshake ROUNDS")?[0]),
+        "generate" | "generate-split" => {
+            let Some((recipe, n)) = rest.split_first() else {
+                bail!("{cmd} takes RECIPE_JSON THREADS REPS PROMPTS PROMPT_LEN NEW_TOKENS\n{USAGE}");
+            };
+            let n = numbers(n, 5, "generate RECIPE_JSON THREADS REPS PROMPTS PROMPT_LEN NEW_TOKENS")?;
+            let shape = generate::Shape {
+                threads: i32::try_from(n[0]).context("THREADS")?,
+                reps: n[1],
+                prompts: n[2],
+                prompt_len: n[3] as usize,
+                new_tokens: u32::try_from(n[4]).context("NEW_TOKENS")?,
+            };
+            match cmd.as_str() {
+                "generate" => generate::main(recipe.as_ref(), &shape),
+                _ => generate::split(recipe.as_ref(), &shape),
+            }
+        }
         other => bail!("unknown subcommand {other:?}\n{USAGE}"),
     }
 }
