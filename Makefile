@@ -122,8 +122,8 @@ bench-fanout: build
 # The Hugging Face Trainer, for the tests of real Trainer jobs (assets/examples/hf_trainer.py):
 # into the PyTorch venv, once.
 python-deps: $(TORCH_ENV)
-	@$(FD_VENV)/bin/python -c 'import transformers, accelerate' 2>/dev/null || \
-		$(FD_VENV)/bin/pip install --quiet 'transformers==5.25.0' 'accelerate==1.16.0'
+	@$(FD_VENV)/bin/python -c 'import transformers, accelerate, pyarrow' 2>/dev/null || \
+		$(FD_VENV)/bin/pip install --quiet 'transformers==5.25.0' 'accelerate==1.16.0' 'pyarrow==26.0.1'
 
 # TensorBoard's own writer and loader, for the history reference: into the PyTorch venv, once.
 bench-tensorboard: $(TORCH_ENV)

@@ -22,6 +22,7 @@ pub mod cli;
 pub mod client;
 pub mod collective;
 pub mod detach;
+pub mod export;
 pub mod fold;
 pub mod ids;
 pub mod mfu;

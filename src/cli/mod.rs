@@ -3,6 +3,7 @@ mod ckpts;
 mod doctor;
 mod doctor_gpu;
 mod doctor_hosts;
+mod export;
 mod import;
 mod output;
 pub mod parse_log;
@@ -95,6 +96,8 @@ pub enum Cmd {
     /// Bring a finished run's logs (a file, per-rank logs, torchrun's --log-dir) or TensorBoard
     /// events into the history, to open and compare like any run.
     Import(import::ImportArgs),
+    /// Write runs' metrics, events and checkpoints as CSV, JSON lines, TensorBoard event files or Parquet.
+    Export(export::ExportArgs),
     /// Internal: the cockpit's rendering benchmark on synthetic telemetry (docs/benchmarks.md).
     #[command(hide = true)]
     BenchUi(crate::ui::bench::BenchArgs),
@@ -162,6 +165,7 @@ async fn client_command(db: &DbPaths, cmd: Cmd) -> anyhow::Result<i32> {
         Cmd::Resume(args) => resume::resume(db, args).await,
         Cmd::Stacks(args) => stacks::stacks(db, args).await,
         Cmd::Import(args) => import::import(db, args).await,
+        Cmd::Export(args) => export::export(db, args).await,
         Cmd::BenchUi(args) => crate::ui::bench::run(args).await,
         Cmd::Server { .. } | Cmd::Agent(_) | Cmd::Worker | Cmd::Doctor(_) | Cmd::ParseLog(_) => unreachable_command(),
     }

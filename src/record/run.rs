@@ -226,6 +226,27 @@ pub enum EventKind {
     Refused,
 }
 
+impl EventKind {
+    /// The kind as `--json` and exports write it (serde's snake_case).
+    pub fn name(self) -> &'static str {
+        match self {
+            EventKind::RunStarted => "run_started",
+            EventKind::RankStarted => "rank_started",
+            EventKind::RankExited => "rank_exited",
+            EventKind::RunEnded => "run_ended",
+            EventKind::Notice => "notice",
+            EventKind::BadFrame => "bad_frame",
+            EventKind::NanLoss => "nan_loss",
+            EventKind::CheckpointSaved => "checkpoint_saved",
+            EventKind::CheckpointFailed => "checkpoint_failed",
+            EventKind::Verdict => "verdict",
+            EventKind::Incident => "incident",
+            EventKind::Failure => "failure",
+            EventKind::Refused => "refused",
+        }
+    }
+}
+
 /// One row of the `events` tree.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct EventRecord {

@@ -1,4 +1,5 @@
-//! TensorBoard event files read in Rust: the record framing, its CRCs, and the few protobuf fields that hold scalars.
+//! TensorBoard event files read in Rust: the record framing, its CRCs, and the few protobuf fields that hold scalars
+//! (writing them is `write`, for `flightdeck export`).
 //!
 //! A file is a sequence of records: a u64 little-endian length, the masked CRC-32C of those 8
 //! bytes, the data, and the masked CRC-32C of the data. Each record's data is an `Event`
@@ -9,6 +10,8 @@
 //! reported; a record whose CRC is wrong is counted and reading stops there, since what follows
 //! cannot be trusted to be framed.
 use std::path::Path;
+
+pub mod write;
 
 /// One scalar of one step.
 #[derive(Clone, Debug, PartialEq)]
@@ -256,6 +259,7 @@ fn tensor_scalar(b: &[u8]) -> Result<Option<f64>, String> {
 
 #[cfg(test)]
 mod tests {
+    use super::write::record;
     use super::*;
 
     fn key(field: u64, wire: u64) -> Vec<u8> {
@@ -284,12 +288,6 @@ mod tests {
             .concat();
         let summary = bytes_field(1, &v);
         [key(1, 1), 1.5f64.to_le_bytes().to_vec(), key(2, 0), enc_varint(step as u64), bytes_field(5, &summary)]
-            .concat()
-    }
-
-    fn record(data: &[u8]) -> Vec<u8> {
-        let len = (data.len() as u64).to_le_bytes();
-        [len.to_vec(), masked_crc(&len).to_le_bytes().to_vec(), data.to_vec(), masked_crc(data).to_le_bytes().to_vec()]
             .concat()
     }
 
