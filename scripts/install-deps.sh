@@ -16,6 +16,8 @@ have gdb || need+=(gdb)
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 have ssh-keygen || need+=(openssh-client)
 have ip || need+=(iproute2)
+# Text in `flightdeck report`'s charts (read at run time by src/report/charts.rs).
+[ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
 # The SSH fan-out benchmark's reference (make bench-fanout).
 have pdsh || need+=(pdsh)
 if [ ${#need[@]} -gt 0 ]; then

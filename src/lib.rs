@@ -31,6 +31,7 @@ pub mod private_files;
 pub mod protocol;
 pub mod recipe;
 pub mod record;
+pub mod report;
 pub mod server;
 pub mod ssh;
 pub mod store;

@@ -1,11 +1,11 @@
 //! `flightdeck export RUN... --format F --out DIR`: reads runs through the server one (metric,
 //! rank) series at a time and hands them to the format's `export::Sink`.
+use super::history::{checkpoints, detail, fetch};
 use super::EXIT_BAD_INPUT;
 use crate::client::Client;
 use crate::export::{self, Format, RunMeta, WallClock};
 use crate::paths::DbPaths;
-use crate::protocol::{Reply, Request};
-use crate::record::{Point, RunDetail};
+use crate::record::RunDetail;
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
@@ -53,14 +53,6 @@ impl From<FormatArg> for Format {
     }
 }
 
-/// What the server answered: the reply, or its refusal's message.
-async fn ask(c: &mut Client, req: Request) -> anyhow::Result<Result<Reply, String>> {
-    Ok(match c.request(&req).await? {
-        Reply::Error { message } => Err(message),
-        r => Ok(r),
-    })
-}
-
 fn bad(message: &str) -> anyhow::Result<i32> {
     eprintln!("flightdeck: export: {message}");
     Ok(EXIT_BAD_INPUT)
@@ -74,9 +66,8 @@ pub async fn export(db: &DbPaths, args: ExportArgs) -> anyhow::Result<i32> {
         let mut chain = Vec::new();
         let mut next = Some(query.clone());
         while let Some(q) = next.take() {
-            let detail = match ask(&mut c, Request::ShowRun { run: q }).await? {
-                Ok(Reply::Run { detail }) => *detail,
-                Ok(other) => anyhow::bail!("unexpected reply: {other:?}"),
+            let detail = match detail(&mut c, &q).await? {
+                Ok(d) => d,
                 Err(m) => return bad(&m),
             };
             if args.lineage && detail.run.resumed_from.is_some() {
@@ -121,10 +112,10 @@ pub async fn export(db: &DbPaths, args: ExportArgs) -> anyhow::Result<i32> {
         let timed = detail.metrics.iter().any(|m| m == "step_time_ms");
         let mut run_clock = None;
         for &rank in &ranks {
-            let step_times = if timed { fetch(&mut c, meta, "step_time_ms", rank).await? } else { Vec::new() };
+            let step_times = if timed { fetch(&mut c, &meta.id, "step_time_ms", rank).await? } else { Vec::new() };
             let wall = WallClock::new(meta.created_ms, &step_times);
             for metric in &metrics {
-                let p = fetch(&mut c, meta, metric, rank).await?;
+                let p = fetch(&mut c, &meta.id, metric, rank).await?;
                 if p.is_empty() {
                     continue;
                 }
@@ -136,11 +127,7 @@ pub async fn export(db: &DbPaths, args: ExportArgs) -> anyhow::Result<i32> {
         // Events and checkpoints sit on the first exported rank's clock (rank 0 by default).
         let wall = run_clock.unwrap_or_else(|| WallClock::new(meta.created_ms, &[]));
         sink.events(meta, &detail.events, &wall)?;
-        let ckpts = match ask(&mut c, Request::Checkpoints { run: meta.id.clone(), verify: false }).await? {
-            Ok(Reply::Checkpoints { checkpoints, .. }) => checkpoints,
-            Ok(other) => anyhow::bail!("unexpected reply: {other:?}"),
-            Err(m) => anyhow::bail!("checkpoints of {}: {m}", meta.id),
-        };
+        let ckpts = checkpoints(&mut c, &meta.id).await?;
         sink.checkpoints(meta, &ckpts, &wall)?;
     }
     let files = sink.finish()?;
@@ -154,17 +141,4 @@ pub async fn export(db: &DbPaths, args: ExportArgs) -> anyhow::Result<i32> {
         println!("  {}", f.display());
     }
     Ok(0)
-}
-
-/// One rank's points of one metric, in step order.
-async fn fetch(c: &mut Client, run: &RunMeta, metric: &str, rank: u32) -> anyhow::Result<Vec<Point>> {
-    let req = Request::Metrics { run: run.id.clone(), key: Some(metric.to_string()), rank: Some(rank) };
-    match ask(c, req).await? {
-        Ok(Reply::Metrics { mut points }) => {
-            points.sort_by_key(|p| p.step);
-            Ok(points)
-        }
-        Ok(other) => anyhow::bail!("unexpected reply: {other:?}"),
-        Err(m) => anyhow::bail!("{metric} of rank {rank} of {}: {m}", run.id),
-    }
 }

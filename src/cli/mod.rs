@@ -4,10 +4,12 @@ mod doctor;
 mod doctor_gpu;
 mod doctor_hosts;
 mod export;
+mod history;
 mod import;
 mod output;
 pub mod parse_log;
 mod query;
+mod report;
 mod resume;
 mod run;
 mod stacks;
@@ -98,6 +100,8 @@ pub enum Cmd {
     Import(import::ImportArgs),
     /// Write runs' metrics, events and checkpoints as CSV, JSON lines, TensorBoard event files or Parquet.
     Export(export::ExportArgs),
+    /// A markdown report with charts (SVG and PNG) of a run, or a comparison of several.
+    Report(report::ReportArgs),
     /// Internal: the cockpit's rendering benchmark on synthetic telemetry (docs/benchmarks.md).
     #[command(hide = true)]
     BenchUi(crate::ui::bench::BenchArgs),
@@ -166,6 +170,7 @@ async fn client_command(db: &DbPaths, cmd: Cmd) -> anyhow::Result<i32> {
         Cmd::Stacks(args) => stacks::stacks(db, args).await,
         Cmd::Import(args) => import::import(db, args).await,
         Cmd::Export(args) => export::export(db, args).await,
+        Cmd::Report(args) => report::report(db, args).await,
         Cmd::BenchUi(args) => crate::ui::bench::run(args).await,
         Cmd::Server { .. } | Cmd::Agent(_) | Cmd::Worker | Cmd::Doctor(_) | Cmd::ParseLog(_) => unreachable_command(),
     }

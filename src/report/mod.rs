@@ -1,0 +1,114 @@
+//! `flightdeck report`: a markdown report with charts (SVG and PNG, drawn by `plotters`) of one
+//! run or a comparison of several, from data the caller read out of the history.
+//!
+//! Pure of the server: `cli/report.rs` gathers each run's `RunData`; `write` draws the charts
+//! (`charts`) and the markdown (`markdown`) into one directory.
+mod charts;
+mod markdown;
+
+use crate::record::{CheckpointRecord, RunDetail};
+use std::path::{Path, PathBuf};
+
+/// The metrics post-training runs add, charted (rank mean) when a run has them.
+pub const EXTRA_METRICS: [&str; 8] = [
+    "reward",
+    "kl",
+    "completions/mean_length",
+    "eval/exact_match",
+    "mean_token_accuracy",
+    "rewards/margins",
+    "rewards/accuracies",
+    "grad_norm",
+];
+
+/// A series as (step, value), steps ascending.
+pub type Series = Vec<(u64, f64)>;
+
+/// A series over ranks as (step, mean, min, max), steps ascending.
+pub type Spread = Vec<(u64, f64, f64, f64)>;
+
+/// What the report draws of one run.
+#[derive(Clone, Debug, Default)]
+pub struct RunData {
+    pub detail: Option<RunDetail>,
+    /// Per rank (index = rank).
+    pub loss: Vec<Series>,
+    pub step_time_ms: Vec<Series>,
+    pub tokens: Vec<Series>,
+    /// (metric, rank mean) for each of `EXTRA_METRICS` the run has.
+    pub extra: Vec<(String, Series)>,
+    pub checkpoints: Vec<CheckpointRecord>,
+}
+
+impl RunData {
+    pub fn id(&self) -> String {
+        self.detail.as_ref().map(|d| d.run.id.to_string()).unwrap_or_default()
+    }
+
+    pub fn name(&self) -> String {
+        self.detail.as_ref().map(|d| d.run.name.clone()).unwrap_or_default()
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error("{path}: {source}")]
+    Io { path: String, source: std::io::Error },
+    #[error("{path}: {reason}")]
+    Refused { path: String, reason: String },
+    #[error("drawing {path}: {reason}")]
+    Draw { path: String, reason: String },
+}
+
+/// Writes `report.md` and its charts into `out` (made if missing; refused unless empty);
+/// returns the files written, the markdown first.
+pub fn write(out: &Path, runs: &[RunData]) -> Result<Vec<PathBuf>, ReportError> {
+    prepare(out)?;
+    let drawn = charts::draw_all(out, runs)?;
+    let md = markdown::report(runs, &drawn);
+    let path = out.join("report.md");
+    std::fs::write(&path, md).map_err(|source| ReportError::Io { path: path.display().to_string(), source })?;
+    let mut files = vec![path];
+    files.extend(drawn.files());
+    Ok(files)
+}
+
+fn prepare(out: &Path) -> Result<(), ReportError> {
+    let refuse = |reason: &str| ReportError::Refused { path: out.display().to_string(), reason: reason.into() };
+    match std::fs::read_dir(out).map(|mut entries| entries.next().is_none()) {
+        Ok(true) => Ok(()),
+        Ok(false) => {
+            Err(refuse("is not empty: a report is written into a new or empty directory (choose another --out)"))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(out).map_err(|source| ReportError::Io { path: out.display().to_string(), source })
+        }
+        Err(_) if out.is_file() => Err(refuse("is a file: --out names a directory")),
+        Err(source) => Err(ReportError::Io { path: out.display().to_string(), source }),
+    }
+}
+
+/// Per step: the mean, min and max over the ranks that have it.
+pub fn across_ranks(per_rank: &[Series]) -> Spread {
+    let mut by_step: std::collections::BTreeMap<u64, (f64, f64, f64, u32)> = Default::default();
+    for s in per_rank {
+        for &(step, v) in s.iter().filter(|p| p.1.is_finite()) {
+            let e = by_step.entry(step).or_insert((0.0, f64::INFINITY, f64::NEG_INFINITY, 0));
+            e.0 += v;
+            e.1 = e.1.min(v);
+            e.2 = e.2.max(v);
+            e.3 += 1;
+        }
+    }
+    by_step.into_iter().map(|(s, (sum, lo, hi, n))| (s, sum / f64::from(n), lo, hi)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn across_ranks_gives_mean_min_and_max_per_step_and_skips_nan() {
+        let a = vec![(1, 1.0), (2, 3.0)];
+        let b = vec![(1, 3.0), (2, f64::NAN), (3, 5.0)];
+        assert_eq!(super::across_ranks(&[a, b]), vec![(1, 2.0, 1.0, 3.0), (2, 3.0, 3.0, 3.0), (3, 5.0, 5.0, 5.0)]);
+    }
+}
