@@ -57,10 +57,11 @@ demo-torch: build
 # Post-training as a chain on 2 local ranks: pretrain tiny-gpt, fine-tune it on arithmetic
 # questions (sft-arith), then GRPO from that checkpoint in the cockpit (the rl layout: reward,
 # KL, completion length, the time split, samples). Each stage starts from the newest run of the
-# one before (init.from names a run); the history shows the chain.
+# one before (init.from names a run); the history shows the chain. The fine-tune stops at 150
+# of its 400 steps so that GRPO has answers left to learn (docs/decisions.md, GRPO).
 demo-rl: build
 	$(BIN) --db $(DEMO_DB) run recipes/tiny-gpt.toml --headless
-	$(BIN) --db $(DEMO_DB) run recipes/sft-arith.toml --headless
+	$(BIN) --db $(DEMO_DB) run recipes/sft-arith.toml --headless --set train.steps=150 --set checkpoint.every=50
 	$(BIN) --db $(DEMO_DB) run recipes/grpo-arith.toml
 
 # The same run with one progress line per interval instead of the cockpit.

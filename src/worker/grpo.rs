@@ -212,10 +212,18 @@ pub fn rollouts(
     })
 }
 
-/// Each target token's log-probability under `model` ([rows, cols]; 0 where the target is
-/// `IGNORE`), and the logits it came from.
-pub fn token_logps(model: &Gpt, inputs: &Tensor, targets: &Tensor) -> Result<(Tensor, Tensor), TchError> {
+/// Each target token's log-probability under `model` sampled at `temperature` ([rows, cols];
+/// 0 where the target is `IGNORE`), and the (tempered) logits it came from. The ratio, the KL
+/// and the entropy are of the policy that sampled, as TRL computes them; at temperature 1 the
+/// logits are used as they are.
+pub fn token_logps(
+    model: &Gpt,
+    inputs: &Tensor,
+    targets: &Tensor,
+    temperature: f64,
+) -> Result<(Tensor, Tensor), TchError> {
     let logits = model.forward(inputs)?;
+    let logits = if temperature == 1.0 { logits } else { logits.f_div_scalar(temperature)? };
     let mask = targets.f_ne(IGNORE)?;
     let safe = targets.f_where_scalarother(&mask, 0)?;
     let logp = logits.f_log_softmax(-1, Kind::Float)?.f_gather(2, &safe.f_unsqueeze(-1)?, false)?.f_squeeze_dim(-1)?;
@@ -226,7 +234,7 @@ pub fn token_logps(model: &Gpt, inputs: &Tensor, targets: &Tensor) -> Result<(Te
 /// −min(ρ·A, clip(ρ, 1 ± ε)·A) + β·(e^(ref−π) − (ref−π) − 1), averaged over each completion's
 /// tokens, then over the completions.
 pub fn loss(policy: &Gpt, r: &Rollouts, cfg: &Grpo) -> Result<(Tensor, Vec<(String, f64)>), TchError> {
-    let (logp, logits) = token_logps(policy, &r.inputs, &r.targets)?;
+    let (logp, logits) = token_logps(policy, &r.inputs, &r.targets, cfg.temperature)?;
     let mask = r.targets.f_ne(IGNORE)?.f_to_kind(Kind::Float)?;
     let old = match &r.old_logps {
         Some(old) => old.shallow_clone(),

@@ -111,7 +111,7 @@ fn on_policy_against_itself_the_loss_has_no_kl_no_clipping_and_a_gradient() {
         c.reward = r;
     }
     let mut r = rollouts(&s, &groups, 0, 1, Device::Cpu).unwrap();
-    r.ref_logps = Some(tch::no_grad(|| token_logps(&m, &r.inputs, &r.targets)).unwrap().0);
+    r.ref_logps = Some(tch::no_grad(|| token_logps(&m, &r.inputs, &r.targets, 1.0)).unwrap().0);
     let (loss, metrics) = loss(&m, &r, &cfg).unwrap();
     let get = |name: &str| metrics.iter().find(|(n, _)| n == name).unwrap().1;
     assert!(get("kl").abs() < 1e-6, "{metrics:?}");
@@ -139,7 +139,7 @@ fn a_gradient_step_on_the_loss_makes_the_better_completions_more_likely() {
     };
     let r = rollouts(&s, &[group], 0, 1, Device::Cpu).unwrap();
     let row_logps = |m: &Gpt| -> Vec<f64> {
-        let (lp, _) = tch::no_grad(|| token_logps(m, &r.inputs, &r.targets)).unwrap();
+        let (lp, _) = tch::no_grad(|| token_logps(m, &r.inputs, &r.targets, 1.0)).unwrap();
         let sums = lp.sum_dim_intlist([1i64].as_slice(), false, tch::Kind::Double);
         (0..4).map(|i| sums.double_value(&[i])).collect()
     };
@@ -174,4 +174,21 @@ fn at_a_temperature_near_zero_every_sample_is_the_greedy_answer() {
             assert_eq!(tokens, greedy, "prompt {prompt:?}");
         }
     }
+}
+
+#[test]
+fn log_probabilities_are_of_the_tempered_policy_that_sampled() {
+    let m = Gpt::new(&tiny(), 3).unwrap();
+    let x = Tensor::from_slice(&[1i64, 2, 3, 4]).view([1, 4]);
+    let y = Tensor::from_slice(&[IGNORE, 3, 4, 5]).view([1, 4]);
+    let (at1, _) = tch::no_grad(|| token_logps(&m, &x, &y, 1.0)).unwrap();
+    let (at_half, _) = tch::no_grad(|| token_logps(&m, &x, &y, 0.5)).unwrap();
+    // By hand: log_softmax(logits / 0.5) at the targets.
+    let logits = tch::no_grad(|| m.forward(&x)).unwrap().divide_scalar(0.5).log_softmax(-1, Kind::Float);
+    for (t, target) in [(1i64, 3i64), (2, 4), (3, 5)] {
+        let want = logits.double_value(&[0, t, target]);
+        assert!((at_half.double_value(&[0, t]) - want).abs() < 1e-6, "position {t}");
+        assert_ne!(at1.double_value(&[0, t]), at_half.double_value(&[0, t]));
+    }
+    assert_eq!(at_half.double_value(&[0, 0]), 0.0, "an ignored target adds nothing");
 }
