@@ -201,12 +201,19 @@ fn dpo_from_a_pretrained_run_widens_its_margins_and_resumes_bit_for_bit() {
 }
 
 #[test]
-fn grpo_from_a_pretrained_run_raises_its_reward_and_resumes_bit_for_bit() {
+fn grpo_from_a_fine_tuned_run_raises_its_reward_and_held_out_answers_and_resumes_bit_for_bit() {
     let db = Db::new();
     let pre = recipe("tiny-gpt.toml");
     let pre = run_id(&ok(&db.run(&["run", pre.to_str().unwrap(), "--headless"])));
+    // A fine-tune stopped at 150 of its 400 steps: answers left for GRPO to learn (from the
+    // full fine-tune it gains within the eval's noise; docs/decisions.md, GRPO).
+    let sft = recipe("sft-arith.toml");
+    let init = format!("init.from={pre}");
+    let sft_sets = ["--set", &init, "--set", "train.steps=150", "--set", "checkpoint.every=50"];
+    let sft = run_id(&ok(&db.run(&[&["run", sft.to_str().unwrap(), "--headless"][..], &sft_sets[..]].concat())));
     let grpo = recipe("grpo-arith.toml");
-    let grpo = run_id(&ok(&db.run(&["run", grpo.to_str().unwrap(), "--headless", "--set", "init.from=tiny-gpt"])));
+    let init = format!("init.from={sft}");
+    let grpo = run_id(&ok(&db.run(&["run", grpo.to_str().unwrap(), "--headless", "--set", &init])));
     // Both ranks' sampled rewards, early against late.
     let reward = series(&db, &grpo, "reward");
     let mean = |from: u64, to: u64| {
@@ -214,8 +221,8 @@ fn grpo_from_a_pretrained_run_raises_its_reward_and_resumes_bit_for_bit() {
         assert_eq!(xs.len() as u64, 2 * (to - from + 1), "a reward per rank per step");
         xs.iter().sum::<f64>() / xs.len() as f64
     };
-    let (first, last) = (mean(1, 50), mean(151, 200));
-    assert!(last > first, "reward rises: {first:.3} over steps 1-50, {last:.3} over 151-200");
+    let (first, last) = (mean(1, 20), mean(181, 200));
+    assert!(last > first + 0.02, "reward rises: {first:.3} over steps 1-20, {last:.3} over 181-200");
     assert!(reward.values().all(|r| (0.0..=1.0).contains(r)), "exact match only: rewards in [0, 1]");
     for key in ["reward_std", "frac_reward_zero_std", "kl", "entropy", "clip_ratio", "completions/mean_length"] {
         assert_eq!(series(&db, &grpo, key).len(), 400, "{key}: every step of both ranks");
@@ -223,7 +230,12 @@ fn grpo_from_a_pretrained_run_raises_its_reward_and_resumes_bit_for_bit() {
     for key in ["time/generate_ms", "time/score_ms", "time/reference_ms", "time/update_ms"] {
         assert!(series(&db, &grpo, key).values().all(|ms| *ms >= 0.0), "{key}");
     }
-    assert_eq!(evals(&db, &grpo).iter().map(|e| e.0).collect::<Vec<_>>(), vec![0, 50, 100, 150, 200]);
+    let exact = evals(&db, &grpo);
+    assert_eq!(exact.iter().map(|e| e.0).collect::<Vec<_>>(), vec![0, 50, 100, 150, 200]);
+    // Held-out greedy answers: well past the eval's noise (256 prompts, a standard error near 0.03).
+    let (before, after) = (exact[0].1, exact[4].1);
+    assert!(after > before + 0.05, "held-out exact match {before:.3} at step 0, {after:.3} at step 200");
+    println!("grpo from sft@150: reward {first:.3} -> {last:.3}, held-out exact match {before:.3} -> {after:.3}");
     // The samples rank 0 prints say what was asked, answered and rewarded.
     let logs = run_logs(&db);
     assert!(
@@ -231,7 +243,7 @@ fn grpo_from_a_pretrained_run_raises_its_reward_and_resumes_bit_for_bit() {
         "{logs}"
     );
     let show = db.json(&["show", &grpo, "--json"]);
-    assert_eq!(show["run"]["init_from"]["run"], pre.as_str());
+    assert_eq!(show["run"]["init_from"]["run"], sft.as_str());
 
     // Resumed from step 100: sampling is keyed by the prompts' indices and the reference is
     // rebuilt from the init, so every later rollout and update repeats the straight run's bits.
