@@ -413,11 +413,13 @@ fn rollout(
     {
         let _no_grad = tch::no_grad_guard();
         if let Some(reference) = reference {
-            rollouts.ref_logps = Some(grpo::token_logps(reference, &rollouts.inputs, &rollouts.targets, cfg.temperature)?.0);
+            rollouts.ref_logps =
+                Some(grpo::token_logps(reference, &rollouts.inputs, &rollouts.targets, cfg.temperature)?.0);
         }
         // One pass is on-policy: its ratio is 1 by construction, against its own detached copy.
         if cfg.ppo_epochs > 1 {
-            rollouts.old_logps = Some(grpo::token_logps(model, &rollouts.inputs, &rollouts.targets, cfg.temperature)?.0);
+            rollouts.old_logps =
+                Some(grpo::token_logps(model, &rollouts.inputs, &rollouts.targets, cfg.temperature)?.0);
         }
     }
     let t3 = Instant::now();
