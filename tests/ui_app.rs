@@ -358,3 +358,32 @@ fn compare_takes_only_the_marked_runs_the_filter_shows() {
     let sent = app.effects.take();
     assert!(sent.contains(&Command::LoadCompare { runs: vec![shown.id.clone()] }), "{sent:?}");
 }
+
+#[test]
+fn e_asks_for_a_format_then_exports_and_p_writes_the_report_off_the_ui_task() {
+    let snap: RunSnapshot = fixture("finished-snapshot.json");
+    let (id, name) = (snap.detail.run.id.clone(), snap.detail.run.name.clone());
+    let mut app = app(Start::Open(id.to_string()));
+    app.on_data(DataEvent::Snapshot(Box::new(snap)));
+    app.effects.take();
+    press(&mut app, KeyCode::Char('E'));
+    assert!(matches!(app.overlay, Some(Overlay::ExportFormat { .. })), "{:?}", app.overlay);
+    assert!(app.effects.take().is_empty(), "nothing sent before a format is picked");
+    press(&mut app, KeyCode::Char('t'));
+    assert_eq!(app.overlay, None);
+    let out = PathBuf::from(format!("{name}-{id}-tensorboard"));
+    let want = Command::Export { run: id.clone(), format: flightdeck::export::Format::Tensorboard, out };
+    assert_eq!(app.effects.take(), vec![want]);
+    assert!(app.status.as_ref().is_some_and(|s| s.text.contains("exporting") && !s.error));
+    // Any other key cancels, and says so.
+    press(&mut app, KeyCode::Char('E'));
+    press(&mut app, KeyCode::Esc);
+    assert_eq!((app.overlay.clone(), app.effects.take()), (None, vec![]));
+    assert!(app.status.as_ref().is_some_and(|s| s.text == "export cancelled"));
+    press(&mut app, KeyCode::Char('P'));
+    let out = PathBuf::from(format!("{name}-{id}-report"));
+    assert_eq!(app.effects.take(), vec![Command::Report { run: id.clone(), out }]);
+    // What comes back is said in the status line.
+    app.on_data(DataEvent::Done(format!("report of {id} written: /x/report.md")));
+    assert!(app.status.as_ref().is_some_and(|s| s.text.ends_with("/x/report.md")));
+}

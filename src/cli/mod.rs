@@ -4,7 +4,6 @@ mod doctor;
 mod doctor_gpu;
 mod doctor_hosts;
 mod export;
-mod history;
 mod import;
 mod output;
 pub mod parse_log;

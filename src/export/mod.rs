@@ -2,14 +2,17 @@
 //! already use (CSV, JSON lines, TensorBoard event files, Parquet), fed one (metric, rank)
 //! series at a time so memory stays bounded whatever the run's length.
 //!
-//! The caller (the CLI) reads the history through the server and drives a `Sink`; a sink only
-//! writes. Every format lays out one directory: `metrics.*` (one row per run, metric, rank and
+//! `gather` reads the history through the server and drives a `Sink` (for the CLI and the
+//! cockpit alike); a sink only writes. Every format lays out one directory: `metrics.*` (one row per run, metric, rank and
 //! step, with the run's `attempt` in its lineage), `events.*` and `checkpoints.*` beside it
 //! (JSON lines beside Parquet); TensorBoard gets a directory per run and rank instead.
 mod csv;
+pub mod gather;
 mod jsonl;
 mod parquet;
 mod tensorboard;
+
+pub use gather::{export, ExportRequest, Exported};
 
 use crate::record::{CheckpointRecord, EventRecord, Point};
 use std::path::{Path, PathBuf};
@@ -21,6 +24,18 @@ pub enum Format {
     Jsonl,
     Tensorboard,
     Parquet,
+}
+
+impl Format {
+    /// As `--format` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Csv => "csv",
+            Format::Jsonl => "jsonl",
+            Format::Tensorboard => "tensorboard",
+            Format::Parquet => "parquet",
+        }
+    }
 }
 
 /// One run of the exported set: its id and name, and its place in a lineage (0 for the root,
@@ -59,7 +74,7 @@ impl ExportError {
 
 /// What a format does with the rows it is given, in the order the CLI gives them: per run,
 /// each rank's series metric by metric, then the run's events and checkpoints.
-pub trait Sink {
+pub trait Sink: Send {
     fn series(&mut self, run: &RunMeta, metric: &str, rank: u32, rows: &[Row]) -> Result<(), ExportError>;
     fn events(&mut self, run: &RunMeta, events: &[EventRecord], wall: &WallClock) -> Result<(), ExportError>;
     fn checkpoints(&mut self, run: &RunMeta, ckpts: &[CheckpointRecord], wall: &WallClock) -> Result<(), ExportError>;

@@ -1,10 +1,14 @@
 //! `flightdeck report`: a markdown report with charts (SVG and PNG, drawn by `plotters`) of one
 //! run or a comparison of several, from data the caller read out of the history.
 //!
-//! Pure of the server: `cli/report.rs` gathers each run's `RunData`; `write` draws the charts
-//! (`charts`) and the markdown (`markdown`) into one directory.
+//! `gather` reads each run's `RunData` through the server (for the CLI and the cockpit alike);
+//! `write`, pure of the server, draws the charts (`charts`) and the markdown (`markdown`) into
+//! one directory.
 mod charts;
+pub mod gather;
 mod markdown;
+
+pub use gather::report;
 
 use crate::record::{CheckpointRecord, RunDetail};
 use std::path::{Path, PathBuf};

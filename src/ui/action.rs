@@ -51,6 +51,8 @@ actions! {
     StacksAll => "stacks_all", "stacks of every rank, grouped; the odd one out marked";
     StacksNative => "stacks_native", "stacks of the selected rank, C/C++ frames too";
     Incident => "incident", "the run's newest incident report (verdict, timeline, stacks)";
+    Export => "export", "export the run (csv, jsonl, tensorboard, parquet) into ./NAME-ID-FORMAT";
+    Report => "report", "write the run's report with charts into ./NAME-ID-report";
     RecipePicker => "recipe_picker", "launch a recipe from recipes/";
     Refresh => "refresh", "reload from the server";
     Checkpoints => "checkpoints", "checkpoints of the selected or open run";

@@ -45,6 +45,10 @@ pub enum Overlay {
     Stacks,
     /// The open run's newest incident report (its data is `RunScreen::incident`).
     Incident,
+    /// `E`: which format to export `run` as.
+    ExportFormat {
+        run: crate::store::RunRecord,
+    },
     /// Recipes under `recipes/` (None while listing).
     Picker {
         recipes: Option<Vec<super::effects::RecipeChoice>>,

@@ -61,6 +61,17 @@ pub enum Command {
     LoadIncident {
         run: RunId,
     },
+    /// Export `run` into `out` (relative: the cockpit's working directory).
+    Export {
+        run: RunId,
+        format: crate::export::Format,
+        out: PathBuf,
+    },
+    /// Write `run`'s report with its charts into `out`.
+    Report {
+        run: RunId,
+        out: PathBuf,
+    },
     /// Dump the live ranks' stacks (one rank, or all), grouped; takes seconds.
     Stacks {
         run: RunId,

@@ -74,6 +74,8 @@ impl App {
             },
             Action::Refresh => self.effects.send(Command::ListRuns),
             Action::Checkpoints | Action::Resume | Action::Stop => self.lineage_action(a),
+            Action::Export => self.ask_export(),
+            Action::Report => self.ask_report(),
             _ => {
                 let page = self.page();
                 self.home.on_action(a, now, page);
@@ -111,6 +113,8 @@ impl App {
             Action::Checkpoints | Action::Resume | Action::Stop => self.lineage_action(a),
             Action::Stacks | Action::StacksAll | Action::StacksNative => self.ask_stacks(a),
             Action::Incident => self.ask_incident(),
+            Action::Export => self.ask_export(),
+            Action::Report => self.ask_report(),
             Action::NextGroup => self.next_group(),
             Action::Refresh => {
                 let q =
@@ -266,6 +270,7 @@ impl App {
                 self.overlay = None;
             }
             Overlay::ConfirmResume(_) => self.on_resume_key(k),
+            Overlay::ExportFormat { .. } => self.on_export_key(k),
             Overlay::ConfirmStop { .. } => self.on_stop_key(k),
             Overlay::Picker { recipes, cursor } => {
                 let n = recipes.as_ref().map(|r| r.len()).unwrap_or(0);

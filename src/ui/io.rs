@@ -297,6 +297,28 @@ async fn one(db: &DbPaths, cmd: Command, tx: &mpsc::Sender<DataEvent>) -> anyhow
             };
             DataEvent::Stacks { run, rank, result }
         }
+        Command::Export { run, format, out } => {
+            let req = crate::export::ExportRequest {
+                runs: vec![run.to_string()],
+                format,
+                out: absolute(&out),
+                metrics: Vec::new(),
+                ranks: Vec::new(),
+                lineage: false,
+            };
+            let mut c = Client::connect(db).await?;
+            match crate::export::export(&mut c, &req).await {
+                Ok(done) => DataEvent::Done(done.summary(&req.out)),
+                Err(e) => DataEvent::Error(format!("export of {run}: {e:#}")),
+            }
+        }
+        Command::Report { run, out } => {
+            let mut c = Client::connect(db).await?;
+            match crate::report::report(&mut c, &[run.to_string()], &absolute(&out)).await {
+                Ok(files) => DataEvent::Done(format!("report of {run} written: {}", files[0].display())),
+                Err(e) => DataEvent::Error(format!("report of {run}: {e:#}")),
+            }
+        }
         Command::LoadIncident { run } => {
             let result = match request(db, Request::ShowRun { run: run.to_string() }).await {
                 Ok(Reply::Run { detail }) => newest_incident(&detail),
@@ -309,6 +331,11 @@ async fn one(db: &DbPaths, cmd: Command, tx: &mpsc::Sender<DataEvent>) -> anyhow
     };
     let _ = tx.send(ev).await;
     Ok(())
+}
+
+/// `p` under the working directory, so the status line names where the files are.
+fn absolute(p: &std::path::Path) -> std::path::PathBuf {
+    std::env::current_dir().map(|d| d.join(p)).unwrap_or_else(|_| p.to_path_buf())
 }
 
 /// The newest incident report among a run's stored verdicts, or why it has none.

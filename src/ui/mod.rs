@@ -15,6 +15,7 @@ pub mod keymap;
 pub mod layout;
 pub mod model;
 pub mod panels;
+mod results;
 mod resume;
 pub mod series;
 pub mod term;

@@ -9,7 +9,7 @@ use crossterm::event::{KeyCode, KeyEvent};
 
 impl App {
     /// The run these keys act on: the Checkpoints screen's, the open one, or Home's selection.
-    fn target_run(&self) -> Option<RunRecord> {
+    pub(super) fn target_run(&self) -> Option<RunRecord> {
         match self.screen {
             Screen::Home => self.home.selected(self.now_ms()).cloned(),
             Screen::Run => self.run.model.as_ref().map(|m| m.state.record.clone()),

@@ -50,6 +50,13 @@ impl Widget for &App {
                 let keys = plan.keys(self.keymap.hint(Action::Kill));
                 popup(" resume · a child run ", plan.lines(), &keys, body, buf)
             }
+            Some(Overlay::ExportFormat { run }) => {
+                let text = format!("Export run {} ({}) into ./{}-{}-FORMAT as:", run.name, run.id, run.name, run.id);
+                let choices: Vec<String> =
+                    super::results::FORMAT_KEYS.iter().map(|(key, f)| format!("{key} {}", f.name())).collect();
+                let lines = vec![Line::raw(text), Line::styled(choices.join(" · "), Style::new().fg(Color::Cyan))];
+                popup(" export ", lines, "a letter picks · any other key cancels", body, buf);
+            }
             Some(Overlay::ConfirmStop { run, name }) => {
                 let text = format!(
                     "Stop run {name} ({run}) gracefully? Every rank stops at its next step boundary and \

@@ -1,5 +1,5 @@
-//! Reading runs through the server for `export` and `report`: one request at a time on one
-//! connection, a refusal kept apart from a failure.
+//! Reading runs' history through the server, for `export`, `report` and the cockpit's `E`/`P`:
+//! one request at a time on one connection, a refusal kept apart from a failure.
 use crate::client::Client;
 use crate::protocol::{Reply, Request};
 use crate::record::Point;
@@ -41,4 +41,14 @@ pub async fn detail(c: &mut Client, run: &str) -> anyhow::Result<Result<crate::r
         Ok(other) => anyhow::bail!("unexpected reply: {other:?}"),
         Err(m) => Err(m),
     })
+}
+
+/// Why an export or a report gave nothing: bad input (an unknown run, metric or rank, an
+/// occupied `--out`: exit 2) or a failure on the way.
+#[derive(Debug, thiserror::Error)]
+pub enum Failure {
+    #[error("{0}")]
+    BadInput(String),
+    #[error(transparent)]
+    Failed(#[from] anyhow::Error),
 }
