@@ -117,6 +117,18 @@ fn a_rank_hung_before_its_collective_is_named_and_kill_leaves_nothing() {
     for part in ["# Incident: never-entered", "## Timeline", "## Last collectives per rank", "## Stacks"] {
         assert!(md.contains(part), "{part} missing from {report}");
     }
+    // Its picture: each rank's collectives before the verdict, the culprit named and red.
+    if std::path::Path::new("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf").exists() {
+        assert!(md.contains("## Progress") && md.contains("the culprit (rank 1) in red"), "{md}");
+        let png = md.split("](").nth(1).and_then(|r| r.split(')').next()).expect("the picture's link");
+        let dir = std::path::Path::new(report).parent().expect("the run directory");
+        let bytes = std::fs::read(dir.join(png)).expect("the PNG beside the report");
+        assert!(bytes.len() > 10_000 && &bytes[1..4] == b"PNG", "{png}: {} bytes", bytes.len());
+        let svg = std::fs::read_to_string(dir.join(png).with_extension("svg")).expect("the SVG beside it");
+        assert!(svg.contains("rank 1 (culprit)") && svg.contains("rank 0"), "the legend names the culprit");
+    } else {
+        common::skipped(file!(), "no DejaVu font (fonts-dejavu-core): the incident picture is not checked");
+    }
     let text = String::from_utf8_lossy(&db.run(&["show", &id]).stdout).to_string();
     assert!(text.contains(&format!("incident report: {report}")), "{text}");
     assert!(text.contains("status hung") || text.contains("hung"), "{text}");

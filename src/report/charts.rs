@@ -117,6 +117,86 @@ pub fn draw_all(dir: &Path, runs: &[RunData]) -> Result<Charts, ReportError> {
     Ok(charts)
 }
 
+/// An incident's picture: each rank's collective sequence number over the seconds before the
+/// verdict (a step line, held flat to the verdict from its last entry), the culprits red and
+/// thick: the rank whose line stopped first stands out. Writes `STEM.svg` and `STEM.png`.
+pub fn progress(
+    stem: &Path,
+    title: &str,
+    ranks: &[(u32, Vec<(f64, u64)>)],
+    culprits: &[u32],
+) -> Result<(), ReportError> {
+    font().map_err(|why| ReportError::Draw { path: stem.display().to_string(), reason: why })?;
+    let svg = stem.with_extension("svg");
+    let png = stem.with_extension("png");
+    let fail = |path: &Path, e: String| ReportError::Draw { path: path.display().to_string(), reason: e };
+    draw_progress(&SVGBackend::new(&svg, SIZE).into_drawing_area(), title, ranks, culprits)
+        .map_err(|e| fail(&svg, e))?;
+    let drawn = draw_progress(&BitMapBackend::new(&png, SIZE).into_drawing_area(), title, ranks, culprits);
+    drawn.map_err(|e| fail(&png, e))
+}
+
+fn draw_progress<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    ranks: &[(u32, Vec<(f64, u64)>)],
+    culprits: &[u32],
+) -> Drawing
+where
+    DB::ErrorType: 'static,
+{
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    root.fill(&WHITE).map_err(e)?;
+    let points = ranks.iter().flat_map(|r| r.1.iter());
+    let (mut t0, mut s0, mut s1) = (0f64, u64::MAX, 0u64);
+    for &(t, s) in points {
+        (t0, s0, s1) = (t0.min(t), s0.min(s), s1.max(s));
+    }
+    if s0 > s1 {
+        return Ok(());
+    }
+    let mut chart = ChartBuilder::on(root)
+        .caption(title, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(64)
+        .build_cartesian_2d(t0.min(-1.0) * 1.05..0.5, s0.saturating_sub(1) as f64..(s1 + 1) as f64)
+        .map_err(e)?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds before the verdict")
+        .y_desc("collective seq entered")
+        .y_label_formatter(&|y| whole(*y))
+        .light_line_style(WHITE)
+        .draw()
+        .map_err(e)?;
+    for (i, (rank, pts)) in ranks.iter().enumerate() {
+        let culprit = culprits.contains(rank);
+        let style = if culprit { RED.stroke_width(3) } else { PALETTE[i % PALETTE.len()].mix(0.8).stroke_width(1) };
+        // A step line: each seq held until the next is entered, the last until the verdict.
+        let mut line: Vec<(f64, f64)> = Vec::new();
+        for (j, &(t, seq)) in pts.iter().enumerate() {
+            line.push((t, seq as f64));
+            let until = pts.get(j + 1).map_or(0.0, |p| p.0);
+            line.push((until, seq as f64));
+        }
+        let label = if culprit { format!("rank {rank} (culprit)") } else { format!("rank {rank}") };
+        chart
+            .draw_series(LineSeries::new(line, style))
+            .map_err(e)?
+            .label(label)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(e)?;
+    root.present().map_err(e)
+}
+
 type Drawing = Result<(), String>;
 
 fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, title: &str, chart: &Chart) -> Drawing

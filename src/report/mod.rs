@@ -6,6 +6,8 @@
 //! one directory.
 mod charts;
 pub mod gather;
+
+pub use charts::progress;
 mod markdown;
 
 pub use gather::report;

@@ -31,7 +31,27 @@ fn date(ms: u64) -> String {
     format!("{y:04}-{mo:02}-{d:02}")
 }
 
-pub fn render(record: &RunRecord, v: &Verdict, analyzer: &Analyzer, stacks: Stacks<'_>) -> String {
+/// The stem of the report's picture beside it (`progress`): `STEM.svg` and `STEM.png`.
+pub fn chart_stem(v: &Verdict) -> String {
+    format!("incident-{}-{}-progress", v.detected_ms, v.kind.name())
+}
+
+/// Each rank's collectives as (seconds before the verdict, seq entered), oldest first, from
+/// the records the analysis keeps: what the report's picture draws.
+pub fn progress(v: &Verdict, analyzer: &Analyzer) -> Vec<(u32, Vec<(f64, u64)>)> {
+    let at = |us: u64| (us as f64 / 1000.0 - v.detected_ms as f64) / 1000.0;
+    analyzer
+        .ranks()
+        .iter()
+        .map(|(k, r)| {
+            let pts = r.records.iter().filter_map(|rec| rec.start_us.map(|us| (at(us), rec.seq))).collect();
+            (*k, pts)
+        })
+        .collect()
+}
+
+/// `chart`: the picture's PNG beside the report (its file name), when it could be drawn.
+pub fn render(record: &RunRecord, v: &Verdict, analyzer: &Analyzer, stacks: Stacks<'_>, chart: Option<&str>) -> String {
     let mut md = String::new();
     // Writing to a String cannot fail; the results are ignored below for that reason.
     let _ = writeln!(md, "# Incident: {} in run {} ({})\n", v.kind.name(), record.id, record.name);
@@ -77,6 +97,16 @@ pub fn render(record: &RunRecord, v: &Verdict, analyzer: &Analyzer, stacks: Stac
         let phase = c.phase.map_or("-", |p| p.name());
         let _ =
             writeln!(md, "| {} | {} | {pid} | {phase} | {} | {} | {} |", c.rank, c.host, c.step, c.last_seq, c.detail);
+    }
+
+    if let Some(png) = chart {
+        let culprits: Vec<String> = v.culprits.iter().map(|c| c.rank.to_string()).collect();
+        let _ = writeln!(
+            md,
+            "\n## Progress\n\nEach rank's collective sequence numbers before the verdict; the culprit (rank {}) in \
+             red, its line flat from where it stopped.\n\n![each rank's collectives before the verdict]({png})",
+            culprits.join(", ")
+        );
     }
 
     let _ = writeln!(md, "\n## Timeline (UTC)\n");

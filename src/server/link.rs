@@ -378,7 +378,24 @@ impl Link {
     /// Writes (or rewrites) a hang's report file and its verdict record; says so once.
     async fn write_incident(&mut self, key: VerdictKey, stacks: Stacks<'_>) -> anyhow::Result<()> {
         let Some((verdict, written)) = self.incidents.get(&key).cloned() else { return Ok(()) };
-        let md = incident::render(&self.tracker.state.record, &verdict, &self.tracker.analyzer, stacks);
+        // The picture first (CPU work, off the async threads), so the report names it only if drawn.
+        let mut chart = None;
+        if let Some(dir) = &self.run_dir {
+            let stem = dir.join(incident::chart_stem(&verdict));
+            let series = incident::progress(&verdict, &self.tracker.analyzer);
+            let culprits: Vec<u32> = verdict.culprits.iter().map(|c| c.rank).collect();
+            let title = format!("{}: {}", verdict.kind.name(), self.tracker.state.record.name);
+            let png = stem.with_extension("png");
+            let drawn =
+                tokio::task::spawn_blocking(move || crate::report::progress(&stem, &title, &series, &culprits)).await;
+            match drawn {
+                Ok(Ok(())) => chart = png.file_name().map(|n| n.to_string_lossy().into_owned()),
+                Ok(Err(e)) => tracing::warn!("incident picture: {e}"),
+                Err(e) => tracing::warn!("incident picture: {e}"),
+            }
+        }
+        let md =
+            incident::render(&self.tracker.state.record, &verdict, &self.tracker.analyzer, stacks, chart.as_deref());
         let path = self.run_dir.as_ref().map(|d| d.join(incident::file_name(&verdict)));
         let mut batch = Batch::default();
         let mut report_path = None;
