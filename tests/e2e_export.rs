@@ -4,24 +4,13 @@
 //! EventAccumulator) and the Rust ones always; then the lineage as one set, and bad input.
 mod common;
 
-use common::{recipe, venv_python, Db};
+use common::{ok, recipe, run_id, venv_python, Db};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
 /// (run, metric, rank, step) → value: what the history holds, or what an export says.
 type Points = BTreeMap<(String, String, u32, u64), f64>;
-
-fn ok(out: &std::process::Output) -> String {
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    stdout
-}
-
-fn run_id(stdout: &str) -> String {
-    let line = stdout.lines().find(|l| l.starts_with("run ") && l.contains(": ")).expect("a `run ID:` line");
-    line[4..].split(':').next().expect("id").to_string()
-}
 
 /// Every point of `run` through `flightdeck metrics`, metric by metric.
 fn history(db: &Db, run: &str) -> Points {

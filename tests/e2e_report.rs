@@ -4,21 +4,10 @@
 //! differs is listed.
 mod common;
 
-use common::{recipe, Db};
+use common::{ok, recipe, run_id, Db};
 use std::path::Path;
 
 const FONT: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
-
-fn ok(out: &std::process::Output) -> String {
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    stdout
-}
-
-fn run_id(stdout: &str) -> String {
-    let line = stdout.lines().find(|l| l.starts_with("run ") && l.contains(": ")).expect("a `run ID:` line");
-    line[4..].split(':').next().expect("id").to_string()
-}
 
 /// The files `report.md` links to (`![..](X)` and `[SVG](X)`).
 fn links(md: &str) -> Vec<String> {

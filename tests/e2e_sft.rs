@@ -6,18 +6,6 @@ mod common;
 use common::*;
 use std::collections::BTreeMap;
 
-fn ok(out: &std::process::Output) -> String {
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(out.status.success(), "stdout: {stdout}\nstderr: {}", String::from_utf8_lossy(&out.stderr));
-    stdout
-}
-
-/// The id of the run a `run`/`resume` printed (`run ID: ...`).
-fn run_id(stdout: &str) -> String {
-    let line = stdout.lines().find(|l| l.starts_with("run ") && l.contains(": ")).expect("a `run ID:` line");
-    line[4..].split(':').next().unwrap().to_string()
-}
-
 /// (step, rank) → value of metric `key`.
 fn series(db: &Db, run: &str, key: &str) -> BTreeMap<(u64, u32), f64> {
     let out = db.run(&["metrics", run, "--key", key, "--format", "csv"]);

@@ -259,29 +259,8 @@ fn tensor_scalar(b: &[u8]) -> Result<Option<f64>, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::write::record;
+    use super::write::{bytes as bytes_field, key, record, varint as enc_varint};
     use super::*;
-
-    fn key(field: u64, wire: u64) -> Vec<u8> {
-        enc_varint((field << 3) | wire)
-    }
-
-    fn enc_varint(mut v: u64) -> Vec<u8> {
-        let mut out = Vec::new();
-        loop {
-            let byte = (v & 0x7f) as u8;
-            v >>= 7;
-            if v == 0 {
-                out.push(byte);
-                return out;
-            }
-            out.push(byte | 0x80);
-        }
-    }
-
-    fn bytes_field(field: u64, b: &[u8]) -> Vec<u8> {
-        [key(field, 2), enc_varint(b.len() as u64), b.to_vec()].concat()
-    }
 
     fn scalar_event(tag: &str, step: i64, value: f32) -> Vec<u8> {
         let v = [bytes_field(1, tag.as_bytes()), key(2, 5), value.to_le_bytes().to_vec(), key(7, 0), enc_varint(3)]

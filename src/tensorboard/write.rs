@@ -41,11 +41,12 @@ pub fn record(data: &[u8]) -> Vec<u8> {
     [len.as_slice(), &masked_crc(&len).to_le_bytes(), data, &masked_crc(data).to_le_bytes()].concat()
 }
 
-fn key(field: u64, wire: u64) -> Vec<u8> {
+/// A protobuf field's key (the reader's tests build odd messages with these too).
+pub(super) fn key(field: u64, wire: u64) -> Vec<u8> {
     varint((field << 3) | wire)
 }
 
-fn varint(mut v: u64) -> Vec<u8> {
+pub(super) fn varint(mut v: u64) -> Vec<u8> {
     let mut out = Vec::with_capacity(10);
     loop {
         let byte = (v & 0x7f) as u8;
@@ -58,7 +59,7 @@ fn varint(mut v: u64) -> Vec<u8> {
     }
 }
 
-fn bytes(field: u64, b: &[u8]) -> Vec<u8> {
+pub(super) fn bytes(field: u64, b: &[u8]) -> Vec<u8> {
     [key(field, 2), varint(b.len() as u64), b.to_vec()].concat()
 }
 

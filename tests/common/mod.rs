@@ -18,6 +18,19 @@ pub fn recipe(name: &str) -> PathBuf {
     repo().join("recipes").join(name)
 }
 
+/// A command's stdout, after asserting it succeeded (its stderr in the message if not).
+pub fn ok(out: &Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    stdout
+}
+
+/// The id of the run a `run`/`resume` printed (`run ID: ...`).
+pub fn run_id(stdout: &str) -> String {
+    let line = stdout.lines().find(|l| l.starts_with("run ") && l.contains(": ")).expect("a `run ID:` line");
+    line[4..].split(':').next().expect("id").to_string()
+}
+
 /// A temporary database; its server is waited for (and its leftovers checked) on `finish`.
 pub struct Db {
     pub dir: tempfile::TempDir,
