@@ -88,7 +88,7 @@ lint: deps $(TORCH_ENV)
 
 # Benchmarks against their references; results land in docs/benchmarks.md. Never part of
 # `make test`. BENCH_REPS / BENCH_HISTORY_REPS change the repetitions per side.
-.PHONY: bench bench-train bench-allreduce bench-overhead bench-history bench-fanout bench-tensorboard bench-parselog bench-torch bench-handshake bench-generate bench-transformers
+.PHONY: bench bench-train bench-allreduce bench-overhead bench-history bench-fanout bench-tensorboard bench-parselog bench-torch bench-handshake bench-generate bench-transformers bench-export
 bench: build bench-tensorboard bench-transformers
 	scripts/bench.sh all
 
@@ -115,6 +115,10 @@ bench-history: build bench-tensorboard
 
 bench-generate: build bench-transformers
 	scripts/bench.sh generate
+
+# export and report of the history benchmark's 2.56 M points: time and peak memory (printed).
+bench-export: build
+	scripts/bench-export.sh
 
 # pdsh and sshd come from scripts/install-deps.sh (make deps, which make build runs).
 bench-fanout: build
