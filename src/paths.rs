@@ -103,6 +103,32 @@ impl RunDirPaths {
     }
 }
 
+/// Why a directory `export` or `report` would write into was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum OutDirError {
+    #[error("{0}: is not empty: the output goes into a new or empty directory (choose another --out)")]
+    NotEmpty(String),
+    #[error("{0}: is a file: --out names a directory")]
+    File(String),
+    #[error("{path}: {source}")]
+    Io { path: String, source: std::io::Error },
+}
+
+/// Makes `dir` if it is missing; refuses one that holds anything, so output never mixes with or
+/// overwrites what was there.
+pub fn new_or_empty_dir(dir: &Path) -> Result<(), OutDirError> {
+    let shown = || dir.display().to_string();
+    match std::fs::read_dir(dir).map(|mut entries| entries.next().is_none()) {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(OutDirError::NotEmpty(shown())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(dir).map_err(|source| OutDirError::Io { path: shown(), source })
+        }
+        Err(_) if dir.is_file() => Err(OutDirError::File(shown())),
+        Err(source) => Err(OutDirError::Io { path: shown(), source }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

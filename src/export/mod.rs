@@ -60,7 +60,8 @@ pub struct Row {
 pub enum ExportError {
     #[error("{path}: {source}")]
     Io { path: String, source: std::io::Error },
-    #[error("{path}: {reason}")]
+    /// `reason` says what was refused, naming the path itself.
+    #[error("{reason}")]
     Refused { path: String, reason: String },
     #[error("{path}: parquet: {source}")]
     Parquet { path: String, source: ::parquet::errors::ParquetError },
@@ -95,16 +96,10 @@ pub fn sink(format: Format, out: &Path) -> Result<Box<dyn Sink>, ExportError> {
 }
 
 fn prepare(out: &Path) -> Result<(), ExportError> {
-    let refuse = |reason: &str| ExportError::Refused { path: out.display().to_string(), reason: reason.into() };
-    match std::fs::read_dir(out).map(|mut entries| entries.next().is_none()) {
-        Ok(true) => Ok(()),
-        Ok(false) => Err(refuse("is not empty: export writes into a new or empty directory (choose another --out)")),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::create_dir_all(out).map_err(|e| ExportError::io(out, e))
-        }
-        Err(_) if out.is_file() => Err(refuse("is a file: --out names a directory")),
-        Err(e) => Err(ExportError::io(out, e)),
-    }
+    crate::paths::new_or_empty_dir(out).map_err(|e| match e {
+        crate::paths::OutDirError::Io { source, .. } => ExportError::io(out, source),
+        refused => ExportError::Refused { path: out.display().to_string(), reason: refused.to_string() },
+    })
 }
 
 /// When each step of one rank ended, in seconds since the epoch: the run's start plus the
@@ -187,7 +182,10 @@ mod tests {
         prepare(&fresh).expect("empty is fine");
         std::fs::write(fresh.join("x"), "1").expect("write");
         let e = prepare(&fresh).expect_err("not empty").to_string();
-        assert!(e.ends_with("is not empty: export writes into a new or empty directory (choose another --out)"), "{e}");
+        assert!(
+            e.ends_with("is not empty: the output goes into a new or empty directory (choose another --out)"),
+            "{e}"
+        );
         let e = prepare(&fresh.join("x")).expect_err("a file").to_string();
         assert!(e.ends_with("x: is a file: --out names a directory"), "{e}");
     }

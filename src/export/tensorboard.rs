@@ -66,9 +66,10 @@ impl Tensorboard {
             let f = EventFile::create(&dir, run, &label)?;
             self.open.insert(part.clone(), f);
         }
+        let out = self.out.display().to_string();
         self.open.get_mut(&part).ok_or_else(|| ExportError::Refused {
-            path: self.out.display().to_string(),
-            reason: "an event file vanished while open".into(),
+            reason: format!("{out}: an event file vanished while open"),
+            path: out,
         })
     }
 

@@ -60,7 +60,8 @@ impl RunData {
 pub enum ReportError {
     #[error("{path}: {source}")]
     Io { path: String, source: std::io::Error },
-    #[error("{path}: {reason}")]
+    /// `reason` says what was refused, naming the path itself.
+    #[error("{reason}")]
     Refused { path: String, reason: String },
     #[error("drawing {path}: {reason}")]
     Draw { path: String, reason: String },
@@ -80,18 +81,10 @@ pub fn write(out: &Path, runs: &[RunData]) -> Result<Vec<PathBuf>, ReportError> 
 }
 
 fn prepare(out: &Path) -> Result<(), ReportError> {
-    let refuse = |reason: &str| ReportError::Refused { path: out.display().to_string(), reason: reason.into() };
-    match std::fs::read_dir(out).map(|mut entries| entries.next().is_none()) {
-        Ok(true) => Ok(()),
-        Ok(false) => {
-            Err(refuse("is not empty: a report is written into a new or empty directory (choose another --out)"))
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::create_dir_all(out).map_err(|source| ReportError::Io { path: out.display().to_string(), source })
-        }
-        Err(_) if out.is_file() => Err(refuse("is a file: --out names a directory")),
-        Err(source) => Err(ReportError::Io { path: out.display().to_string(), source }),
-    }
+    crate::paths::new_or_empty_dir(out).map_err(|e| match e {
+        crate::paths::OutDirError::Io { source, .. } => ReportError::Io { path: out.display().to_string(), source },
+        refused => ReportError::Refused { path: out.display().to_string(), reason: refused.to_string() },
+    })
 }
 
 /// Per step: the mean, min and max over the ranks that have it.
