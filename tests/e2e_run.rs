@@ -442,9 +442,14 @@ fn a_client_of_another_user_is_refused_even_through_a_socket_left_open() {
         .cmd(&["server", "--foreground"])
         .env("FLIGHTDECK_SERVER_IDLE_MS", "600000")
         .stderr(std::fs::File::create(&log).unwrap())
+        .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("server");
-    // Our own client gets in (and waits for the server to listen).
+    // Serving before any client looks (a client that found no server would start its own,
+    // and this one would then exit: "a server already owns ...").
+    let mut lines = stdout_lines(&mut server);
+    read_until(&mut lines, |l| l == "ready");
+    // Our own client gets in.
     let runs = db.json(&["runs", "--json"]);
     assert_eq!(runs["runs"], serde_json::json!([]));
     // The database left open to everyone, as on a badly set up shared filesystem.
