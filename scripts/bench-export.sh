@@ -6,13 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
-FDB=$(cargo bench --bench fdbench --no-run --message-format=json-render-diagnostics |
-    "$FD_VENV/bin/python" -c '
-import json, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "fdbench" and m.get("executable"):
-        print(m["executable"])')
+FDB=$(fdbench_bin)
 B=$PWD/target/release/flightdeck
 work=$(mktemp -d /tmp/fd-bench-export.XXXX)
 trap 'rm -rf "$work"' EXIT

@@ -8,13 +8,6 @@ cd "$(dirname "$0")/.."
 source scripts/env.sh
 export FD_BIN=${FD_BIN:-$PWD/target/release/flightdeck}
 [ -x "$FD_BIN" ] || { echo "bench: $FD_BIN is missing: run make build first" >&2; exit 2; }
-# The bench executable's name carries a hash; cargo says which it built.
-FD_BENCH_BIN=$(cargo bench --bench fdbench --no-run --message-format=json-render-diagnostics |
-    "$FD_VENV/bin/python" -c '
-import json, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "fdbench" and m.get("executable"):
-        print(m["executable"])')
+FD_BENCH_BIN=$(fdbench_bin)
 export FD_BENCH_BIN FD_PYTHON="$FD_VENV/bin/python" PYTHONDONTWRITEBYTECODE=1
 exec "$FD_PYTHON" benches/driver/bench.py "${@:-all}"
