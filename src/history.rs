@@ -34,6 +34,15 @@ pub async fn checkpoints(c: &mut Client, run: &str) -> anyhow::Result<Vec<crate:
     }
 }
 
+/// One rank's flight-recorder records as the history has them, in sequence order.
+pub async fn collectives(c: &mut Client, run: &str, rank: u32) -> anyhow::Result<Vec<crate::record::CollectiveRecord>> {
+    match ask(c, Request::Collectives { run: run.to_string(), rank }).await? {
+        Ok(Reply::Collectives { records }) => Ok(records),
+        Ok(other) => anyhow::bail!("unexpected reply: {other:?}"),
+        Err(m) => anyhow::bail!("collectives of rank {rank} of {run}: {m}"),
+    }
+}
+
 /// What `show` knows of a run, or the server's refusal (no such run, an ambiguous prefix).
 pub async fn detail(c: &mut Client, run: &str) -> anyhow::Result<Result<crate::record::RunDetail, String>> {
     Ok(match ask(c, Request::ShowRun { run: run.to_string() }).await? {

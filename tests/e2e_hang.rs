@@ -136,6 +136,27 @@ fn a_rank_hung_before_its_collective_is_named_and_kill_leaves_nothing() {
     let end = kill(&db, child, lines, &id);
     assert!(end.ends_with(", while hung"), "{end}");
     assert!(show(&db, &id)["run"]["reason"].as_str().unwrap().ends_with(", while hung"));
+
+    // `report --incident` writes the stored report again with its picture drawn from the
+    // history's flight records: elsewhere, or over the originals in the run directory.
+    let again = tempfile::tempdir().expect("tempdir");
+    let said = common::ok(&db.run(&["report", &id, "--incident", "--out", again.path().to_str().unwrap()]));
+    let name = std::path::Path::new(report).file_name().expect("a file name");
+    assert_eq!(said.trim(), format!("incident report written: {}", again.path().join(name).display()));
+    let md = std::fs::read_to_string(again.path().join(name)).expect("the report rewritten");
+    assert!(md.starts_with("# Incident: never-entered") && md.contains("## Stacks"), "{md}");
+    if common::charts::have_font() {
+        assert!(md.contains("the culprit (rank 1) in red"), "{md}");
+        let files = common::charts::links(&md);
+        let svg = again.path().join(&files[0]).with_extension("svg");
+        let svg = std::fs::read_to_string(&svg).unwrap_or_else(|e| panic!("{}: {e}", svg.display()));
+        assert!(svg.contains("rank 1 (culprit)") && svg.contains("rank 0"), "the legend names the culprit");
+        let img = image::open(again.path().join(&files[0])).expect("the PNG").to_rgb8();
+        // The culprit's line is drawn red (plotters' RED) from the stored records.
+        assert!(img.pixels().filter(|p| p.0 == [255, 0, 0]).count() > 100, "no red culprit line");
+    }
+    let said = common::ok(&db.run(&["report", &id, "--incident"]));
+    assert_eq!(said.trim(), format!("incident report written: {report}"), "in place, beside the original");
     db.finish();
 }
 

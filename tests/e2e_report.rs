@@ -4,36 +4,9 @@
 //! differs is listed.
 mod common;
 
+use common::charts::{check_images, have_font, FONT};
 use common::{ok, recipe, run_id, Db};
 use std::path::Path;
-
-const FONT: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
-
-/// The files `report.md` links to (`![..](X)` and `[SVG](X)`).
-fn links(md: &str) -> Vec<String> {
-    md.split("](").skip(1).filter_map(|rest| rest.split(')').next()).map(str::to_string).collect()
-}
-
-/// Checks every linked file exists and every PNG is a 960×420 chart with real content;
-/// returns the linked file names.
-fn check_images(dir: &Path, md: &str) -> Vec<String> {
-    let files = links(md);
-    assert!(!files.is_empty(), "no charts linked:\n{md}");
-    for f in &files {
-        let path = dir.join(f);
-        assert!(path.is_file(), "{f} is linked but missing");
-        if f.ends_with(".png") {
-            let img = image::open(&path).unwrap_or_else(|e| panic!("{f}: {e}")).to_rgb8();
-            assert_eq!(img.dimensions(), (960, 420), "{f}");
-            let lum: Vec<f64> = img.pixels().map(|p| f64::from(p[0]) + f64::from(p[1]) + f64::from(p[2])).collect();
-            let mean = lum.iter().sum::<f64>() / lum.len() as f64;
-            let var = lum.iter().map(|l| (l - mean).powi(2)).sum::<f64>() / lum.len() as f64;
-            let dark = lum.iter().filter(|&&l| l < 600.0).count();
-            assert!(var > 100.0 && dark > 2_000, "{f} looks blank: variance {var:.1}, {dark} drawn pixels");
-        }
-    }
-    files
-}
 
 #[test]
 fn a_run_its_resume_and_a_comparison_are_reported_with_charts_that_exist_and_are_not_blank() {
@@ -51,13 +24,13 @@ fn a_run_its_resume_and_a_comparison_are_reported_with_charts_that_exist_and_are
     let child = run_id(&ok(&db.run(&["resume", &parent, "--step", "20", "--headless"])));
     let other = launch(&["train.lr=1e-3"]);
     let out = tempfile::tempdir().expect("tempdir");
-    let charts = Path::new(FONT).exists();
+    let charts = have_font();
     if !charts {
         common::skipped(file!(), &format!("{FONT} is missing (fonts-dejavu-core): the charts' checks are skipped"));
     }
 
     let one = out.path().join("one");
-    let said = ok(&db.run(&["report", &parent, "--out", one.to_str().unwrap()]));
+    let said = ok(&db.run(&["report", &parent, "--per-rank", "--out", one.to_str().unwrap()]));
     assert!(said.starts_with("report written: "), "{said}");
     let md = std::fs::read_to_string(one.join("report.md")).expect("report.md");
     assert!(md.starts_with(&format!("# tiny-gpt ({parent})")), "{md}");
@@ -65,9 +38,19 @@ fn a_run_its_resume_and_a_comparison_are_reported_with_charts_that_exist_and_are
     assert!(row.contains("| pretrain | succeeded | 2 | 30/30 |"), "{row}");
     assert!(md.contains("## Checkpoints") && md.contains("| 10 |") && md.contains("| 30 |"), "{md}");
     assert!(md.contains("| run_started |") && md.contains("| checkpoint_saved |"), "{md}");
+    // The ring's gradient all-reduce from the flight records, per size, and the goodput split.
+    let collectives = md.split("## Collectives").nth(1).unwrap_or_else(|| panic!("a collectives table:\n{md}"));
+    assert!(collectives.contains("\n| all_reduce | "), "{collectives}");
+    let goodput = md.lines().find(|l| l.starts_with(&format!("| {parent} |")) && l.ends_with("%** |"));
+    let pct: f64 = goodput
+        .and_then(|l| l.rsplit("**").nth(1))
+        .and_then(|g| g.trim_end_matches(" %").parse().ok())
+        .unwrap_or_else(|| panic!("a goodput row:\n{md}"));
+    assert!(pct > 0.0 && pct <= 100.0, "goodput {pct}");
     if charts {
+        assert!(md.contains("## Loss (thin lines: each rank)"), "--per-rank: {md}");
         let files = check_images(&one, &md);
-        for stem in ["loss", "step_time", "throughput"] {
+        for stem in ["loss", "step_time", "throughput", "bandwidth"] {
             assert!(
                 files.contains(&format!("{stem}.png")) && files.contains(&format!("{stem}.svg")),
                 "{stem}: {files:?}"
@@ -87,6 +70,14 @@ fn a_run_its_resume_and_a_comparison_are_reported_with_charts_that_exist_and_are
         assert!(svg.contains("resumed from step 20"), "the resume is marked on the loss chart");
     }
 
+    // The lineage together: the parent's steps after the resume point were computed again.
+    let lineage = out.path().join("lineage");
+    ok(&db.run(&["report", &parent, &child, "--out", lineage.to_str().unwrap()]));
+    let md = std::fs::read_to_string(lineage.join("report.md")).expect("report.md");
+    let row = md.lines().find(|l| l.starts_with(&format!("| {parent} |")) && l.ends_with("%** |")).expect("goodput");
+    let recomputed = row.split(" | ").nth(3).expect("the recomputed cell");
+    assert!(recomputed != "0 ms", "steps 21-30 of the parent were redone: {row}");
+
     let cmp = out.path().join("cmp");
     ok(&db.run(&["report", &parent, &other, "--out", cmp.to_str().unwrap()]));
     let md = std::fs::read_to_string(cmp.join("report.md")).expect("report.md");
@@ -103,6 +94,8 @@ fn a_run_its_resume_and_a_comparison_are_reported_with_charts_that_exist_and_are
     for (args, says) in [
         (vec!["report", "nope", "--out", "/tmp/never-written"], "nope"),
         (vec!["report", &parent, "--out", one.to_str().unwrap()], "is not empty"),
+        (vec!["report", &parent, "--incident"], "has no incident report (no verdicts"),
+        (vec!["report", &parent, &child, "--incident"], "one run at a time"),
     ] {
         let o = db.run(&args);
         assert_eq!(o.status.code(), Some(2), "{args:?}");

@@ -112,6 +112,20 @@ fn two_nodes_by_two_ranks_over_ssh_train_exactly_like_four_local_ranks() {
     for (k, v) in &here {
         assert_eq!(v.to_bits(), remote[k].to_bits(), "step/rank {k:?}: local {v} vs ssh {}", remote[k]);
     }
+    // The SSH run's report: every rank's series came home, so every chart and table is there.
+    let out = tempfile::tempdir().expect("tempdir");
+    common::ok(&db.run(&["report", "ssh", "--out", out.path().to_str().unwrap()]));
+    let md = std::fs::read_to_string(out.path().join("report.md")).expect("report.md");
+    let row = md.lines().find(|l| l.contains("| ssh | pretrain | succeeded |")).unwrap_or_else(|| panic!("{md}"));
+    assert!(row.contains("| 4 | 24/24 |"), "{row}");
+    assert!(md.contains("## Collectives") && md.contains("## Goodput"), "{md}");
+    if common::charts::have_font() {
+        let files = common::charts::check_images(out.path(), &md);
+        assert!(
+            ["loss.png", "step_time.png", "bandwidth.png"].iter().all(|f| files.contains(&f.to_string())),
+            "{files:?}"
+        );
+    }
     db.finish();
     lab.assert_nothing_running();
 }

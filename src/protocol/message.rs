@@ -4,7 +4,7 @@ pub use crate::record::{signal_name, CollectiveOp, CollectiveRecord, CollectiveS
 use serde::{Deserialize, Serialize};
 
 /// Bumped on any change to these types; peers with another version are refused.
-pub const PROTOCOL_VERSION: u32 = 9;
+pub const PROTOCOL_VERSION: u32 = 10;
 
 /// The first frame on every connection, in both directions.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -407,6 +407,12 @@ pub enum Request {
         run: String,
         verify: bool,
     },
+    /// Every flight-recorder record the history holds of one rank, in sequence order
+    /// (`Reply::Collectives`): the report's bandwidth chart and its incident pictures.
+    Collectives {
+        run: String,
+        rank: u32,
+    },
     /// Start a child of `run` from its checkpoint at `step` (None: the newest verified one).
     /// `recipe_json`: the validated recipe with the user's overrides (None: the parent's).
     Resume {
@@ -496,6 +502,9 @@ pub enum Reply {
         skipped: Vec<crate::record::Skipped>,
     },
     Stacks(Box<crate::record::StackReport>),
+    Collectives {
+        records: Vec<CollectiveRecord>,
+    },
     /// One host's step in an SSH launch, sent before `Launched` (or `Error`).
     LaunchProgress {
         host: String,

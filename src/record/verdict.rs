@@ -81,6 +81,16 @@ impl Verdict {
     pub fn duration_ms(&self) -> u64 {
         self.detected_ms.saturating_sub(self.since_ms)
     }
+
+    /// The incident report's file name in the run directory: unique per verdict, sorting by time.
+    pub fn report_file_name(&self) -> String {
+        format!("incident-{}-{}.md", self.detected_ms, self.kind.name())
+    }
+
+    /// The stem of the incident report's picture beside it: `STEM.svg` and `STEM.png`.
+    pub fn chart_stem(&self) -> String {
+        format!("incident-{}-{}-progress", self.detected_ms, self.kind.name())
+    }
 }
 
 /// The program that read a rank's stacks.

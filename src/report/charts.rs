@@ -1,7 +1,7 @@
 //! The report's charts, each drawn twice by the same code: SVG (exact, for the web) and PNG
 //! (for anything that shows images). Text needs a TrueType font: DejaVu Sans from Debian's
 //! fonts-dejavu-core (`scripts/install-deps.sh`), or the file `FLIGHTDECK_FONT` names.
-use super::{across_ranks, ReportError, RunData, Series, Spread};
+use super::{across_ranks, bandwidth::Bandwidth, Options, ReportError, RunData, Series, Spread};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};
@@ -12,6 +12,8 @@ const FONTS: [&str; 2] = ["/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", "/u
 const SIZE: (u32, u32) = (960, 420);
 /// Most columns the heatmap draws: steps are bucketed beyond this.
 const HEATMAP_COLUMNS: usize = 160;
+/// Nodes drawn as a line each on the GPU charts; past this, their mean with the min–max band.
+const NODE_LINES: usize = 8;
 const PALETTE: [RGBColor; 6] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
@@ -45,8 +47,9 @@ impl Charts {
 
 /// What one chart shows.
 enum Chart<'a> {
-    /// Mean over ranks with the min–max band, and the step a resumed run started from.
-    Loss(&'a RunData),
+    /// Mean over ranks with the min–max band, and the step a resumed run started from; each
+    /// rank's own line too when `per_rank`.
+    Loss { run: &'a RunData, per_rank: bool },
     /// Ranks × steps, coloured by step time against the run's median.
     StepTimes(&'a RunData),
     /// Tokens per second over all ranks.
@@ -55,10 +58,15 @@ enum Chart<'a> {
     Metric(&'a str, &'a Series),
     /// Each run's mean loss on one axis.
     CompareLoss(&'a [RunData]),
+    /// Bus bandwidth against message size, a line per op.
+    Bandwidth(&'a [Bandwidth]),
+    /// GPU utilisation (`memory` false) or memory per node.
+    Gpu { run: &'a RunData, memory: bool },
 }
 
-/// Registers the font once per process; Err says what is missing.
-fn font() -> Result<(), String> {
+/// Registers the font once per process (the benchmark charts use it too); Err says what is
+/// missing.
+pub fn font() -> Result<(), String> {
     static READY: OnceLock<Result<(), String>> = OnceLock::new();
     READY
         .get_or_init(|| {
@@ -79,7 +87,7 @@ fn font() -> Result<(), String> {
 }
 
 /// Every chart that `runs` have data for, into `dir`.
-pub fn draw_all(dir: &Path, runs: &[RunData]) -> Result<Charts, ReportError> {
+pub fn draw_all(dir: &Path, runs: &[RunData], options: Options) -> Result<Charts, ReportError> {
     let mut charts = Charts { dir: dir.to_path_buf(), ..Charts::default() };
     if let Err(why) = font() {
         charts.missing_font = Some(why);
@@ -93,7 +101,9 @@ pub fn draw_all(dir: &Path, runs: &[RunData]) -> Result<Charts, ReportError> {
         let tag = if runs.len() > 1 { format!("_{i}") } else { String::new() };
         let who = if runs.len() > 1 { format!(" ({})", run.name()) } else { String::new() };
         if run.loss.iter().any(|s| !s.is_empty()) {
-            todo.push((format!("Loss{who}"), format!("loss{tag}"), Chart::Loss(run)));
+            let chart = Chart::Loss { run, per_rank: options.per_rank };
+            let thin = if options.per_rank { " (thin lines: each rank)" } else { "" };
+            todo.push((format!("Loss{who}{thin}"), format!("loss{tag}"), chart));
         }
         if run.step_time_ms.iter().any(|s| !s.is_empty()) {
             todo.push((format!("Step time per rank{who}"), format!("step_time{tag}"), Chart::StepTimes(run)));
@@ -104,6 +114,22 @@ pub fn draw_all(dir: &Path, runs: &[RunData]) -> Result<Charts, ReportError> {
         for (metric, series) in &run.extra {
             let stem = format!("{}{tag}", metric.replace(['/', ' '], "_"));
             todo.push((format!("{metric}{who}"), stem, Chart::Metric(metric, series)));
+        }
+        if !run.bandwidth.is_empty() {
+            let title = format!("Collective bus bandwidth by size{who}");
+            todo.push((title, format!("bandwidth{tag}"), Chart::Bandwidth(&run.bandwidth)));
+        }
+        if !run.gpu.is_empty() {
+            todo.push((
+                format!("GPU utilisation per node{who}"),
+                format!("gpu_util{tag}"),
+                Chart::Gpu { run, memory: false },
+            ));
+            todo.push((
+                format!("GPU memory per node{who}"),
+                format!("gpu_memory{tag}"),
+                Chart::Gpu { run, memory: true },
+            ));
         }
     }
     for (title, stem, chart) in todo {
@@ -206,21 +232,42 @@ where
     let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     root.fill(&WHITE).map_err(e)?;
     match chart {
-        Chart::Loss(run) => lines(root, title, "loss", &[(run.name(), across_ranks(&run.loss))], resume_step(run))?,
+        Chart::Loss { run, per_rank } => {
+            let thin = if *per_rank { run.loss.as_slice() } else { &[] };
+            let mean = [(run.name(), across_ranks(&run.loss))];
+            lines(root, title, "loss", &mean, resume_step(run), thin)?
+        }
         Chart::Throughput(run) => {
             let t = throughput(run);
-            lines(root, title, "tokens/s", &[(run.name(), t)], None)?;
+            lines(root, title, "tokens/s", &[(run.name(), t)], None, &[])?;
         }
         Chart::Metric(metric, series) => {
-            let s: Vec<_> = series.iter().map(|&(st, v)| (st, v, v, v)).collect();
-            lines(root, title, metric, &[(metric.to_string(), s)], None)?;
+            lines(root, title, metric, &[(metric.to_string(), flat(series))], None, &[])?;
         }
         Chart::CompareLoss(runs) => {
             let all: Vec<_> =
                 runs.iter().map(|r| (format!("{} {}", r.name(), r.id()), across_ranks(&r.loss))).collect();
-            lines(root, title, "loss", &all, None)?;
+            lines(root, title, "loss", &all, None, &[])?;
         }
         Chart::StepTimes(run) => heatmap(root, title, &run.step_time_ms)?,
+        Chart::Bandwidth(rows) => bandwidth(root, title, rows)?,
+        Chart::Gpu { run, memory } => {
+            let pick = |n: &super::NodeGpu| -> Series {
+                if *memory {
+                    n.mem_bytes.iter().map(|&(s, b)| (s, b / f64::from(1u32 << 30))).collect()
+                } else {
+                    n.util_pct.clone()
+                }
+            };
+            let per_node: Vec<(String, Spread)> = if run.gpu.len() <= NODE_LINES {
+                run.gpu.iter().map(|n| (n.host.clone(), flat(&pick(n)))).collect()
+            } else {
+                let all: Vec<Series> = run.gpu.iter().map(pick).collect();
+                vec![(format!("mean of {} nodes (band: min–max)", run.gpu.len()), across_ranks(&all))]
+            };
+            let y = if *memory { "GiB used (fullest GPU)" } else { "utilisation % (mean of GPUs)" };
+            lines(root, title, y, &per_node, None, &[])?;
+        }
     }
     root.present().map_err(e)
 }
@@ -255,13 +302,20 @@ fn throughput(run: &RunData) -> Spread {
         .collect()
 }
 
-/// One or more (label, [(step, mean, min, max)]) as lines with their min–max bands.
+/// A series as a spread without a band.
+fn flat(series: &Series) -> Spread {
+    series.iter().map(|&(s, v)| (s, v, v, v)).collect()
+}
+
+/// One or more (label, [(step, mean, min, max)]) as lines with their min–max bands, over `thin`
+/// lines without a legend (each rank's own).
 fn lines<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     title: &str,
     y_desc: &str,
     series: &[(String, Spread)],
     mark: Option<u64>,
+    thin: &[Series],
 ) -> Drawing
 where
     DB::ErrorType: 'static,
@@ -291,6 +345,11 @@ where
         .light_line_style(WHITE)
         .draw()
         .map_err(e)?;
+    for (i, s) in thin.iter().enumerate() {
+        let color = PALETTE[(i + 1) % PALETTE.len()].mix(0.45);
+        let line = s.iter().filter(|p| p.1.is_finite()).map(|&(st, v)| (st as f64, v));
+        chart.draw_series(LineSeries::new(line, color.stroke_width(1))).map_err(e)?;
+    }
     for (i, (label, s)) in series.iter().enumerate() {
         let color = PALETTE[i % PALETTE.len()];
         if s.iter().any(|p| p.2 < p.3) {
@@ -317,6 +376,65 @@ where
         chart.configure_series_labels().background_style(WHITE.mix(0.85)).border_style(BLACK).draw().map_err(e)?;
     }
     Ok(())
+}
+
+/// Bus bandwidth (GB/s) against message size on a log axis, a line with markers per op.
+fn bandwidth<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, title: &str, rows: &[Bandwidth]) -> Drawing
+where
+    DB::ErrorType: 'static,
+{
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    let (Some(lo), Some(hi)) = (rows.iter().map(|r| r.bytes).min(), rows.iter().map(|r| r.bytes).max()) else {
+        return Ok(());
+    };
+    let positive = rows.iter().map(|r| r.busbw_gbps).filter(|b| *b > 0.0);
+    let (y0, y1) = positive.fold((f64::INFINITY, 0f64), |(lo, hi), b| (lo.min(b), hi.max(b)));
+    if y1 <= 0.0 {
+        return Ok(());
+    }
+    let mut chart = ChartBuilder::on(root)
+        .caption(format!("{title} (median over ranks and steps)"), ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(64)
+        .build_cartesian_2d((lo as f64 / 2.0..hi as f64 * 2.0).log_scale(), (y0 / 2.0..y1 * 2.0).log_scale())
+        .map_err(e)?;
+    chart
+        .configure_mesh()
+        .x_desc("message size")
+        .y_desc("bus bandwidth GB/s")
+        .x_label_formatter(&|x| si_bytes(*x))
+        .y_label_formatter(&|y| format!("{y:.0e}"))
+        .light_line_style(WHITE)
+        .draw()
+        .map_err(e)?;
+    let mut ops: Vec<crate::record::CollectiveOp> = rows.iter().map(|r| r.op).collect();
+    ops.dedup();
+    for (i, op) in ops.iter().enumerate() {
+        let color = PALETTE[i % PALETTE.len()];
+        let pts: Vec<(f64, f64)> =
+            rows.iter().filter(|r| r.op == *op).map(|r| (r.bytes as f64, r.busbw_gbps)).collect();
+        chart.draw_series(LineSeries::new(pts.clone(), color.stroke_width(2))).map_err(e)?;
+        chart
+            .draw_series(pts.into_iter().map(|p| Circle::new(p, 4, color.filled())))
+            .map_err(e)?
+            .label(op.name())
+            .legend(move |(x, y)| Circle::new((x + 10, y), 4, color.filled()));
+    }
+    chart.configure_series_labels().background_style(WHITE.mix(0.85)).border_style(BLACK).draw().map_err(e)?;
+    Ok(())
+}
+
+/// A log axis's tick as decimal bytes: `10 B`, `1 kB`, `100 MB` (the ticks fall on powers of
+/// ten, which binary units would print as `97.7 KiB`).
+fn si_bytes(x: f64) -> String {
+    let (v, unit) = match x {
+        x if x >= 1e9 => (x / 1e9, "GB"),
+        x if x >= 1e6 => (x / 1e6, "MB"),
+        x if x >= 1e3 => (x / 1e3, "kB"),
+        x => (x, "B"),
+    };
+    format!("{} {unit}", if v >= 10.0 || v.fract() == 0.0 { format!("{v:.0}") } else { format!("{v:.1}") })
 }
 
 /// Ranks down, steps across (bucketed to `HEATMAP_COLUMNS`), each cell's colour its mean step
@@ -390,6 +508,26 @@ mod tests {
             step_time_ms: vec![time(0), time(1)],
             tokens: vec![(1..=40).map(|s| (s, 1024.0)).collect(); 2],
             extra: vec![("reward".into(), (1..=40).map(|s| (s, f64::from(s as u32) / 40.0)).collect())],
+            bandwidth: [(4096, 0.4), (1 << 20, 2.0), (64 << 20, 3.0)]
+                .map(|(bytes, busbw_gbps)| Bandwidth {
+                    op: crate::record::CollectiveOp::AllReduce,
+                    bytes,
+                    count: 80,
+                    median_us: 1.0,
+                    p90_us: 2.0,
+                    algbw_gbps: busbw_gbps,
+                    busbw_gbps,
+                })
+                .to_vec(),
+            gpu: ["node-a", "node-b"]
+                .iter()
+                .enumerate()
+                .map(|(i, host)| super::super::NodeGpu {
+                    host: host.to_string(),
+                    util_pct: (1..=40).map(|s| (s, 90.0 - 20.0 * i as f64)).collect(),
+                    mem_bytes: (1..=40).map(|s| (s, f64::from(s as u32) * 1e9)).collect(),
+                })
+                .collect(),
             ..RunData::default()
         }
     }
@@ -416,13 +554,20 @@ mod tests {
         }
         let dir = tempfile::tempdir().expect("tempdir");
         let runs = [run(), run()];
-        let charts = draw_all(dir.path(), &runs[..1]).expect("drawn");
+        let charts = draw_all(dir.path(), &runs[..1], Options { per_rank: true }).expect("drawn");
         let stems: Vec<&str> = charts.drawn.iter().map(|d| d.stem.as_str()).collect();
-        assert_eq!(stems, ["loss", "step_time", "throughput", "reward"]);
+        assert_eq!(stems, ["loss", "step_time", "throughput", "reward", "bandwidth", "gpu_util", "gpu_memory"]);
         std::fs::create_dir(dir.path().join("cmp")).expect("mkdir");
-        let compare = draw_all(&dir.path().join("cmp"), &runs).expect("drawn");
+        let compare = draw_all(&dir.path().join("cmp"), &runs, Options::default()).expect("drawn");
         assert_eq!(compare.drawn[0].stem, "compare_loss");
-        for (d, name) in [(&charts.dir, "loss"), (&charts.dir, "step_time"), (&compare.dir, "compare_loss")] {
+        let kinds = [
+            (&charts.dir, "loss"),
+            (&charts.dir, "step_time"),
+            (&charts.dir, "bandwidth"),
+            (&charts.dir, "gpu_util"),
+            (&compare.dir, "compare_loss"),
+        ];
+        for (d, name) in kinds {
             let svg = std::fs::read_to_string(d.join(format!("{name}.svg"))).expect("svg");
             insta::assert_snapshot!(format!("chart_{name}"), structure(&svg));
             let png = std::fs::read(d.join(format!("{name}.png"))).expect("png");

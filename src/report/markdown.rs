@@ -1,7 +1,7 @@
 //! The report's markdown: a summary table of the runs, the charts (PNG embedded, SVG linked),
 //! the recipe keys that differ between runs, checkpoints, and events and verdicts as a timeline.
 use super::charts::Charts;
-use super::{across_ranks, RunData};
+use super::{across_ranks, goodput, RunData};
 use crate::units;
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -20,6 +20,7 @@ pub fn report(runs: &[RunData], charts: &Charts) -> String {
     if runs.len() > 1 {
         differences(&mut md, runs);
     }
+    goodput_table(&mut md, runs);
     match &charts.missing_font {
         Some(why) => {
             let _ = writeln!(md, "## Charts\n\nNot drawn: {why}.\n");
@@ -31,6 +32,7 @@ pub fn report(runs: &[RunData], charts: &Charts) -> String {
         }
     }
     for run in runs {
+        bandwidth(&mut md, run, runs.len() > 1);
         checkpoints(&mut md, run, runs.len() > 1);
         timeline(&mut md, run, runs.len() > 1);
     }
@@ -121,6 +123,91 @@ fn differences(md: &mut String, runs: &[RunData]) {
     md.push('\n');
 }
 
+/// Where each finished run's wall time went (`goodput`), when its step times are known.
+fn goodput_table(md: &mut String, runs: &[RunData]) {
+    let split: Vec<(String, goodput::Goodput)> = runs
+        .iter()
+        .zip(goodput::resumed_after(runs))
+        .filter_map(|(r, after)| Some((r.id(), goodput::of_run(r, after)?)))
+        .collect();
+    if split.is_empty() {
+        return;
+    }
+    md.push_str(
+        "## Goodput\n\nWall time split: steps that count, steps redone after a resume (from a later run in this \
+         report), checkpoints' blocking time, a hang from its last progress to the run's end, and the rest \
+         (start-up, teardown, evaluation, waits). Goodput = productive ÷ wall.\n\n",
+    );
+    md.push_str(
+        "| run | wall | productive | recomputed | checkpoints | stalled | other | goodput |
+",
+    );
+    md.push_str(
+        "| --- | --- | --- | --- | --- | --- | --- | --- |
+",
+    );
+    let ms = |v: f64| if v < 1000.0 { format!("{v:.0} ms") } else { format!("{:.2} s", v / 1000.0) };
+    for (id, g) in split {
+        let _ = writeln!(
+            md,
+            "| {id} | {} | {} | {} | {} | {} | {} | **{:.1} %** |",
+            ms(g.wall_ms),
+            ms(g.productive_ms),
+            ms(g.recomputed_ms),
+            ms(g.checkpoint_ms),
+            ms(g.stalled_ms),
+            ms(g.other_ms()),
+            100.0 * g.ratio()
+        );
+    }
+    md.push('\n');
+}
+
+/// The collectives' bandwidth per op and size (the chart's numbers).
+fn bandwidth(md: &mut String, run: &RunData, named: bool) {
+    if run.bandwidth.is_empty() {
+        return;
+    }
+    let who = if named { format!(" of {}", run.id()) } else { String::new() };
+    let _ = writeln!(
+        md,
+        "## Collectives{who}\n\nFrom the flight records: each completed collective's time from start to end on \
+         each rank, which includes waiting for the last rank to arrive; median and p90 over ranks and steps. \
+         busbw = algbw × the op's bus factor (nccl-tests: 2(n−1)/n for all-reduce).\n"
+    );
+    md.push_str(
+        "| op | size | count | median | p90 | algbw GB/s | busbw GB/s |
+",
+    );
+    md.push_str(
+        "| --- | --- | --- | --- | --- | --- | --- |
+",
+    );
+    for b in &run.bandwidth {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {:.0} µs | {:.0} µs | {} | {} |",
+            b.op.name(),
+            units::bytes(b.bytes),
+            b.count,
+            b.median_us,
+            b.p90_us,
+            significant(b.algbw_gbps),
+            significant(b.busbw_gbps)
+        );
+    }
+    md.push('\n');
+}
+
+/// Three significant digits, without an exponent: `2.34`, `0.0123`.
+fn significant(v: f64) -> String {
+    if v == 0.0 || !v.is_finite() {
+        return format!("{v}");
+    }
+    let decimals = (2 - v.abs().log10().floor() as i32).clamp(0, 12) as usize;
+    format!("{v:.decimals$}")
+}
+
 fn checkpoints(md: &mut String, run: &RunData, named: bool) {
     if run.checkpoints.is_empty() {
         return;
@@ -182,5 +269,6 @@ mod tests {
         assert_eq!(out.keys().collect::<Vec<_>>(), ["name", "train.lr", "train.steps"]);
         assert_eq!(out["train.lr"], "0.001");
         assert_eq!(super::cell("a|b\nc"), "a\\|b c");
+        assert_eq!([2.344, 0.012345, 123.4, 0.0].map(super::significant), ["2.34", "0.0123", "123", "0"]);
     }
 }

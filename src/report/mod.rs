@@ -3,20 +3,23 @@
 //!
 //! `gather` reads each run's `RunData` through the server (for the CLI and the cockpit alike);
 //! `write`, pure of the server, draws the charts (`charts`) and the markdown (`markdown`) into
-//! one directory.
+//! one directory. `bandwidth` and `goodput` are the arithmetic the report adds to the history;
+//! `incident` draws a hang's picture (for the server at the verdict, and for `--incident`).
+pub mod bandwidth;
 mod charts;
 pub mod gather;
-
-pub use charts::progress;
+pub mod goodput;
+pub mod incident;
 mod markdown;
 
-pub use gather::report;
+pub use charts::{font, progress};
+pub use gather::{incidents, report};
 
 use crate::record::{CheckpointRecord, RunDetail};
 use std::path::{Path, PathBuf};
 
 /// The metrics post-training runs add, charted (rank mean) when a run has them.
-pub const EXTRA_METRICS: [&str; 8] = [
+pub const EXTRA_METRICS: [&str; 9] = [
     "reward",
     "kl",
     "completions/mean_length",
@@ -25,6 +28,7 @@ pub const EXTRA_METRICS: [&str; 8] = [
     "rewards/margins",
     "rewards/accuracies",
     "grad_norm",
+    "mfu",
 ];
 
 /// A series as (step, value), steps ascending.
@@ -32,6 +36,23 @@ pub type Series = Vec<(u64, f64)>;
 
 /// A series over ranks as (step, mean, min, max), steps ascending.
 pub type Spread = Vec<(u64, f64, f64, f64)>;
+
+/// What the caller asks of a report beyond its runs.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Options {
+    /// Each rank's loss as a thin line under the mean.
+    pub per_rank: bool,
+}
+
+/// One node's GPUs over the run, on the step axis.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeGpu {
+    pub host: String,
+    /// Utilisation, the mean over the node's GPUs (%).
+    pub util_pct: Series,
+    /// Memory used on the node's fullest GPU (bytes): the one that runs out first.
+    pub mem_bytes: Series,
+}
 
 /// What the report draws of one run.
 #[derive(Clone, Debug, Default)]
@@ -44,6 +65,10 @@ pub struct RunData {
     /// (metric, rank mean) for each of `EXTRA_METRICS` the run has.
     pub extra: Vec<(String, Series)>,
     pub checkpoints: Vec<CheckpointRecord>,
+    /// Per (op, size), from the flight records; empty when the run has none.
+    pub bandwidth: Vec<bandwidth::Bandwidth>,
+    /// Per node, when the run has GPU samples.
+    pub gpu: Vec<NodeGpu>,
 }
 
 impl RunData {
@@ -69,9 +94,9 @@ pub enum ReportError {
 
 /// Writes `report.md` and its charts into `out` (made if missing; refused unless empty);
 /// returns the files written, the markdown first.
-pub fn write(out: &Path, runs: &[RunData]) -> Result<Vec<PathBuf>, ReportError> {
+pub fn write(out: &Path, runs: &[RunData], options: Options) -> Result<Vec<PathBuf>, ReportError> {
     prepare(out)?;
-    let drawn = charts::draw_all(out, runs)?;
+    let drawn = charts::draw_all(out, runs, options)?;
     let md = markdown::report(runs, &drawn);
     let path = out.join("report.md");
     std::fs::write(&path, md).map_err(|source| ReportError::Io { path: path.display().to_string(), source })?;
@@ -80,7 +105,7 @@ pub fn write(out: &Path, runs: &[RunData]) -> Result<Vec<PathBuf>, ReportError> 
     Ok(files)
 }
 
-fn prepare(out: &Path) -> Result<(), ReportError> {
+pub(crate) fn prepare(out: &Path) -> Result<(), ReportError> {
     crate::paths::new_or_empty_dir(out).map_err(|e| match e {
         crate::paths::OutDirError::Io { source, .. } => ReportError::Io { path: out.display().to_string(), source },
         refused => ReportError::Refused { path: out.display().to_string(), reason: refused.to_string() },

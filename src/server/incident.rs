@@ -8,11 +8,6 @@ use crate::protocol::{CollectiveState, StackReport, Verdict};
 use crate::store::RunRecord;
 use std::fmt::Write;
 
-/// The report's file name in the run directory: unique per verdict, sorting by time.
-pub fn file_name(v: &Verdict) -> String {
-    format!("incident-{}-{}.md", v.detected_ms, v.kind.name())
-}
-
 /// Where the stacks stand when the report is rendered.
 pub enum Stacks<'a> {
     Pending,
@@ -31,23 +26,10 @@ fn date(ms: u64) -> String {
     format!("{y:04}-{mo:02}-{d:02}")
 }
 
-/// The stem of the report's picture beside it (`progress`): `STEM.svg` and `STEM.png`.
-pub fn chart_stem(v: &Verdict) -> String {
-    format!("incident-{}-{}-progress", v.detected_ms, v.kind.name())
-}
-
-/// Each rank's collectives as (seconds before the verdict, seq entered), oldest first, from
-/// the records the analysis keeps: what the report's picture draws.
-pub fn progress(v: &Verdict, analyzer: &Analyzer) -> Vec<(u32, Vec<(f64, u64)>)> {
-    let at = |us: u64| (us as f64 / 1000.0 - v.detected_ms as f64) / 1000.0;
-    analyzer
-        .ranks()
-        .iter()
-        .map(|(k, r)| {
-            let pts = r.records.iter().filter_map(|rec| rec.start_us.map(|us| (at(us), rec.seq))).collect();
-            (*k, pts)
-        })
-        .collect()
+/// Each rank's collectives as the report's picture draws them, from the records the analysis
+/// keeps.
+pub fn progress(v: &Verdict, analyzer: &Analyzer) -> Vec<crate::report::incident::RankLine> {
+    analyzer.ranks().iter().map(|(k, r)| (*k, crate::report::incident::progress_points(v, r.records.iter()))).collect()
 }
 
 /// `chart`: the picture's PNG beside the report (its file name), when it could be drawn.
@@ -100,13 +82,7 @@ pub fn render(record: &RunRecord, v: &Verdict, analyzer: &Analyzer, stacks: Stac
     }
 
     if let Some(png) = chart {
-        let culprits: Vec<String> = v.culprits.iter().map(|c| c.rank.to_string()).collect();
-        let _ = writeln!(
-            md,
-            "\n## Progress\n\nEach rank's collective sequence numbers before the verdict; the culprit (rank {}) in \
-             red, its line flat from where it stopped.\n\n![each rank's collectives before the verdict]({png})",
-            culprits.join(", ")
-        );
+        md.push_str(&crate::report::incident::progress_section(v, png));
     }
 
     let _ = writeln!(md, "\n## Timeline (UTC)\n");

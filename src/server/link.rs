@@ -380,23 +380,20 @@ impl Link {
         let Some((verdict, written)) = self.incidents.get(&key).cloned() else { return Ok(()) };
         // The picture first (CPU work, off the async threads), so the report names it only if drawn.
         let mut chart = None;
-        if let Some(dir) = &self.run_dir {
-            let stem = dir.join(incident::chart_stem(&verdict));
+        if let Some(dir) = self.run_dir.clone() {
             let series = incident::progress(&verdict, &self.tracker.analyzer);
-            let culprits: Vec<u32> = verdict.culprits.iter().map(|c| c.rank).collect();
-            let title = format!("{}: {}", verdict.kind.name(), self.tracker.state.record.name);
-            let png = stem.with_extension("png");
+            let (v, name) = (verdict.clone(), self.tracker.state.record.name.clone());
             let drawn =
-                tokio::task::spawn_blocking(move || crate::report::progress(&stem, &title, &series, &culprits)).await;
+                tokio::task::spawn_blocking(move || crate::report::incident::draw(&dir, &v, &name, &series)).await;
             match drawn {
-                Ok(Ok(())) => chart = png.file_name().map(|n| n.to_string_lossy().into_owned()),
+                Ok(Ok(png)) => chart = Some(png),
                 Ok(Err(e)) => tracing::warn!("incident picture: {e}"),
                 Err(e) => tracing::warn!("incident picture: {e}"),
             }
         }
         let md =
             incident::render(&self.tracker.state.record, &verdict, &self.tracker.analyzer, stacks, chart.as_deref());
-        let path = self.run_dir.as_ref().map(|d| d.join(incident::file_name(&verdict)));
+        let path = self.run_dir.as_ref().map(|d| d.join(verdict.report_file_name()));
         let mut batch = Batch::default();
         let mut report_path = None;
         if let Some(p) = &path {

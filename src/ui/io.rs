@@ -314,7 +314,7 @@ async fn one(db: &DbPaths, cmd: Command, tx: &mpsc::Sender<DataEvent>) -> anyhow
         }
         Command::Report { run, out } => {
             let mut c = Client::connect(db).await?;
-            match crate::report::report(&mut c, &[run.to_string()], &absolute(&out)).await {
+            match crate::report::report(&mut c, &[run.to_string()], &absolute(&out), Default::default()).await {
                 Ok(files) => DataEvent::Done(format!("report of {run} written: {}", files[0].display())),
                 Err(e) => DataEvent::Error(format!("report of {run}: {e:#}")),
             }

@@ -1,5 +1,6 @@
 //! Helpers for tests that drive the real `flightdeck` binary on a temporary database.
 #![allow(dead_code)]
+pub mod charts;
 pub mod tmux;
 use std::io::{BufRead, BufReader};
 use std::os::fd::AsRawFd;

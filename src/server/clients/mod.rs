@@ -78,6 +78,10 @@ async fn answer_with(shared: &Shared, req: Request, progress: Progress) -> anyho
             let points = tokio::task::spawn_blocking(move || store.series(&id, &key, rank)).await??;
             Reply::Metrics { points }
         }
+        Request::Collectives { run, rank } => {
+            let id = resolve(shared, &run).await?;
+            Reply::Collectives { records: tokio::task::spawn_blocking(move || store.collectives(&id, rank)).await?? }
+        }
         Request::Stop { run } => command(shared, &run, AgentCommand::Stop).await?,
         Request::Kill { run } => command(shared, &run, AgentCommand::Kill).await?,
         Request::Stacks { run, rank, native } => stacks::stacks(shared, &run, rank, native).await?,
