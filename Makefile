@@ -71,11 +71,13 @@ demo-headless: build
 # The whole suite: unit tests, then the end-to-end tests that drive the real binary.
 test: build bench-tensorboard python-deps
 	cargo test --release -- --test-threads=2
+	cargo test --release --bench fdbench_tests
 
 # The quick loop: format, lints (warnings are errors; `unwrap` is denied outside tests in
 # src/lib.rs), and the unit tests, without the end-to-end suite.
 check: fmt-check lint
 	cargo test --release --lib
+	cargo test --release --bench fdbench_tests
 
 fmt:
 	cargo fmt --all
@@ -88,9 +90,14 @@ lint: deps $(TORCH_ENV)
 
 # Benchmarks against their references; results land in docs/benchmarks.md. Never part of
 # `make test`. BENCH_REPS / BENCH_HISTORY_REPS change the repetitions per side.
-.PHONY: bench bench-train bench-allreduce bench-overhead bench-history bench-fanout bench-tensorboard bench-parselog bench-torch bench-handshake bench-generate bench-transformers bench-export
+.PHONY: bench bench-train bench-allreduce bench-overhead bench-history bench-fanout bench-tensorboard bench-parselog bench-torch bench-handshake bench-generate bench-transformers bench-export bench-charts
 bench: build bench-tensorboard bench-transformers
 	scripts/bench.sh all
+
+# Only redraw docs/benchmarks/*.svg|png from docs/benchmarks.md's tables (every bench target
+# does this after writing its section).
+bench-charts: build
+	scripts/bench.sh charts
 
 bench-train: build
 	scripts/bench.sh train

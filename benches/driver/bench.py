@@ -2,12 +2,16 @@
 rewrites each one's section of docs/benchmarks.md (between `<!-- bench:NAME:begin/end -->`).
 
 usage: bench.py [train|allreduce|overhead|history|fanout|parselog|torch|handshake|generate|all]...   (scripts/bench.sh sets the tools)
+       bench.py charts   only redraw the charts from the doc's tables (make bench-charts)
+After each section is written, `fdbench charts` redraws docs/benchmarks/*.svg|png from the doc's
+tables and the `bench:charts` section that embeds them is refreshed.
 Time: BENCH_BUDGET_S (default 1080 s for all four) is shared out by weight; each benchmark
 runs the repetitions it wants (BENCH_REPS, BENCH_HISTORY_REPS) while they fit in its share,
 and never fewer than its minimum. The doc's reps column says how many ran.
 """
 
 import os
+import subprocess
 import sys
 import time
 
@@ -20,7 +24,7 @@ import overhead
 import parselog
 import torchjob
 import train
-from common import Tools, loadavg, stamp, write_section
+from common import DOC, ROOT, Tools, loadavg, rel, stamp, write_section
 
 # name: (title, module, extra versions to report, share of the time budget)
 BENCHES = {
@@ -35,6 +39,16 @@ BENCHES = {
     "generate": ("GRPO generation against transformers' generate", generate, ("transformers",), 0.05),
 }
 DEFAULT_BUDGET_S = 1080
+CHART_DIR = os.path.join(ROOT, "docs", "benchmarks")
+# The charts section: each PNG links to its SVG; paths are relative to docs/benchmarks.md.
+CHARTS = """\
+[![Speed-up of every benchmark against its reference, on a log axis around 1.0](benchmarks/ratios.png)](benchmarks/ratios.svg)
+
+[![All-reduce bus bandwidth against message size: ring and gloo, 2 and 4 processes](benchmarks/allreduce_busbw.png)](benchmarks/allreduce_busbw.svg)
+
+Drawn by `fdbench charts` from the tables below whenever `make bench*` rewrites one (`make
+bench-charts` redraws them alone); click a chart for its SVG. Each table's stamp says when and
+under what load it was measured: the bars of different benchmarks come from different runs."""
 
 
 def budget_s(names):
@@ -46,7 +60,26 @@ def budget_s(names):
     return DEFAULT_BUDGET_S * sum(BENCHES[n][3] for n in names)
 
 
+def draw_charts(tools):
+    """Redraws the charts from the doc's tables and refreshes the section that embeds them. A
+    failure (no font, a table the parser rejects) is a warning: the tables are already written."""
+    argv = [tools.fdbench, "charts", DOC, CHART_DIR]
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+        why = (p.stderr.strip() or f"exit code {p.returncode}") if p.returncode != 0 else ""
+    except (OSError, subprocess.SubprocessError) as e:
+        why = str(e)
+    if why:
+        print(f"bench: warning: charts not redrawn ({why}); the tables are written", file=sys.stderr, flush=True)
+        return
+    write_section("charts", CHARTS, before="## ")
+    print(f"charts redrawn in {rel(CHART_DIR)}/ from docs/benchmarks.md's tables", flush=True)
+
+
 def main(argv):
+    if argv == ["charts"]:
+        draw_charts(Tools.from_env())
+        return
     names = [n for a in argv for n in (BENCHES if a == "all" else [a])]
     unknown = [n for n in names if n not in BENCHES]
     if not names or unknown:
@@ -75,6 +108,7 @@ def main(argv):
         )
         write_section(name, body)
         print(f"\n{tbl}\n\n({facts})\nwritten to docs/benchmarks.md, section bench:{name}\n", flush=True)
+        draw_charts(tools)
     print(f"bench: done in {time.monotonic() - t_all:.0f} s", flush=True)
 
 

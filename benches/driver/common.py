@@ -199,8 +199,8 @@ def machine():
 
 def versions(tools, extra=()):
     rev = sh("git", "rev-parse", "--short=12", "HEAD")
-    # The doc these runs rewrite does not make the code under test dirty.
-    dirty = sh("git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!docs/benchmarks.md")
+    # The doc and charts these runs rewrite do not make the code under test dirty.
+    dirty = sh("git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!docs/benchmarks.md", ":!docs/benchmarks")
     py = subprocess.run(
         [tools.python, "-c", "import sys, torch; print(torch.__version__, sys.version.split()[0])"],
         capture_output=True,
@@ -253,16 +253,20 @@ def rel(path):
 DOC = os.path.join(ROOT, "docs", "benchmarks.md")
 
 
-def write_section(name, body):
+def write_section(name, body, before=None):
     """Replaces the text between `<!-- bench:NAME:begin -->` and `<!-- bench:NAME:end -->` in
-    docs/benchmarks.md (appending the markers at the end when absent); nothing else changes."""
+    docs/benchmarks.md; nothing else changes. When the markers are absent they are added before
+    the first line that starts with `before` (if given and found), else at the end."""
     begin, end = f"<!-- bench:{name}:begin -->", f"<!-- bench:{name}:end -->"
     text = open(DOC).read() if os.path.exists(DOC) else "# Benchmarks\n"
     block = f"{begin}\n{body.strip()}\n{end}"
+    at = text.find("\n" + before) + 1 if before and ("\n" + before) in text else -1
     if begin in text and end in text:
         head, rest = text.split(begin, 1)
         _, tail = rest.split(end, 1)
         text = head + block + tail
+    elif at > 0:
+        text = text[:at] + block + "\n\n" + text[at:]
     else:
         text = text.rstrip("\n") + "\n\n" + block + "\n"
     with open(DOC + ".tmp", "w") as f:

@@ -4,12 +4,16 @@
 //! are), time what they report, and print the tables. Run by hand with
 //! `cargo bench --bench fdbench -- SUBCOMMAND ...`; every subcommand prints one JSON object per
 //! line on stdout.
+// As src/lib.rs, no `unwrap`; unconditional, since cargo builds bench targets with cfg(test).
+#![deny(clippy::unwrap_used)]
 mod allreduce;
+mod charts;
 mod fanout;
 mod generate;
 mod handshake;
 mod history;
 mod roles;
+mod tables;
 
 use anyhow::{bail, Context};
 
@@ -25,7 +29,9 @@ const USAGE: &str = "usage: fdbench SUBCOMMAND [ARGS]
   handshake ROUNDS                  ring forming and store latency without and with the run secret
   generate RECIPE_JSON THREADS REPS PROMPTS PROMPT_LEN NEW_TOKENS
                                     GRPO sampling: PROMPTS groups of group_size rows per repetition
-  generate-split (the same)         the same loop's time per position: forward, logits to host, pick";
+  generate-split (the same)         the same loop's time per position: forward, logits to host, pick
+  charts DOC OUT_DIR                DOC's tables (docs/benchmarks.md) as charts: OUT_DIR/ratios and
+                                    OUT_DIR/allreduce_busbw, each .svg and .png";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
@@ -83,6 +89,10 @@ fn run(args: &[String]) -> anyhow::Result<()> {
                 "generate" => generate::main(recipe.as_ref(), &shape),
                 _ => generate::split(recipe.as_ref(), &shape),
             }
+        }
+        "charts" => {
+            let [doc, out] = rest else { bail!("charts takes DOC OUT_DIR\n{USAGE}") };
+            charts::main(doc.as_ref(), out.as_ref())
         }
         other => bail!("unknown subcommand {other:?}\n{USAGE}"),
     }
