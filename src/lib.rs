@@ -24,6 +24,7 @@ pub mod collective;
 pub mod detach;
 pub mod export;
 pub mod fold;
+pub mod goodput;
 pub mod history;
 pub mod ids;
 pub mod mfu;

@@ -25,6 +25,7 @@ pub fn run_json(r: &RunRecord) -> Value {
         "parent": r.parent.as_ref().map(|p| p.as_str()),
         "resumed_from": r.resumed_from.as_ref().map(|p| json!({"step": p.step, "path": p.path})),
         "init_from": r.init_from.as_ref().map(|i| json!({"run": i.run.as_ref().map(|r| r.as_str()), "step": i.step, "path": i.path})),
+        "restart": r.restart,
     })
 }
 
@@ -68,5 +69,7 @@ pub fn show_json(d: &RunDetail) -> Value {
             "duration_ms": v.verdict.duration_ms(),
             "report_path": v.report_path,
         })).collect::<Vec<_>>(),
+        "attempts": d.attempts,
+        "goodput": d.goodput,
     })
 }

@@ -134,6 +134,32 @@ pub async fn show(db: &DbPaths, run: &str, json: bool) -> anyhow::Result<i32> {
         },
         _ => {}
     }
+    if !d.attempts.is_empty() {
+        println!("attempts {} ({} restarts by recovery)", d.attempts.len(), d.attempts.len() - 1);
+        for (i, a) in d.attempts.iter().enumerate() {
+            let why = match (&a.restart, a.resumed_from) {
+                (Some(r), Some(from)) => {
+                    format!(" (restart {} after a {}, from step {from})", r.attempt, r.cause.name())
+                }
+                _ => String::new(),
+            };
+            println!("  {} {} {} at step {}{why}: {}", i + 1, a.run, a.status.name(), a.step, a.reason);
+        }
+    }
+    if let Some(g) = &d.goodput {
+        let s = |ms: f64| format!("{:.1} s", ms / 1000.0);
+        println!(
+            "goodput  {:.1} % of {}: productive {}, failed {}, checkpoints {}, stalled {}, restart waits {}, other {}",
+            100.0 * g.ratio,
+            s(g.wall_ms),
+            s(g.productive_ms),
+            s(g.failed_ms),
+            s(g.checkpoint_ms),
+            s(g.stalled_ms),
+            s(g.restart_wait_ms),
+            s(g.other_ms)
+        );
+    }
     if d.metrics.iter().any(|m| m == EVAL_METRIC) {
         let points =
             match ask(db, Request::Metrics { run: r.id.to_string(), key: Some(EVAL_METRIC.into()), rank: Some(0) })

@@ -97,6 +97,9 @@ pub async fn run(db: &DbPaths, args: RunArgs) -> anyhow::Result<i32> {
 /// (`exit_code`). A server that goes away (killed, crashed) is started again, as any client
 /// starts it, and the follower follows on from where the run is, saying so in one line.
 pub async fn follow(db: &DbPaths, mut client: Client, run: &crate::ids::RunId) -> anyhow::Result<i32> {
+    // Recovery's restarts hand the follower on to each child: the run followed changes.
+    let mut run = run.clone();
+    let run = &mut run;
     // Verdicts already printed: each is said once when it appears, and again if it sharpens
     // (stacks single out the culprit of a collective every rank entered).
     let mut said: std::collections::BTreeSet<(&'static str, u64, String)> = Default::default();
@@ -127,7 +130,7 @@ enum Followed {
 
 async fn follow_once(
     client: &mut Client,
-    run: &crate::ids::RunId,
+    run: &mut crate::ids::RunId,
     said: &mut std::collections::BTreeSet<(&'static str, u64, String)>,
     tries: &mut u32,
 ) -> anyhow::Result<Followed> {
@@ -152,6 +155,15 @@ async fn follow_once(
             Reply::Ended { run, status, reason } => {
                 println!("run {run} {}: {reason}", status.name());
                 return Ok(Followed::Ended(exit_code(status)));
+            }
+            Reply::Restarted { run: ended, status, reason, child, restart } => {
+                println!("run {ended} {}: {reason}", status.name());
+                println!(
+                    "run {ended}: recovery restarted it after a {} as run {child} (restart {})",
+                    restart.cause.name(),
+                    restart.attempt
+                );
+                *run = child;
             }
             Reply::Error { message } => anyhow::bail!("{message}"),
             other => anyhow::bail!("unexpected reply while following: {other:?}"),

@@ -461,6 +461,15 @@ pub enum Reply {
         status: crate::record::RunStatus,
         reason: String,
     },
+    /// The followed run ended and recovery started `child` in its place; the stream goes on
+    /// with the child's progress.
+    Restarted {
+        run: RunId,
+        status: crate::record::RunStatus,
+        reason: String,
+        child: RunId,
+        restart: crate::record::Restart,
+    },
     /// A batch of a watched run's frames, from node `node`, just made durable.
     Frames {
         run: RunId,

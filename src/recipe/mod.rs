@@ -282,7 +282,10 @@ pub struct Recipe {
     pub checkpoint: Checkpoint,
     pub cluster: Cluster,
     pub telemetry: Telemetry,
-    pub fault: Fault,
+    /// `[fault]` or `[[fault]]`: test faults, each firing once per lineage (a recovery attempt
+    /// leaves out those its parent already reached). Stored recipes hold one table or a list.
+    #[serde(rename = "fault", deserialize_with = "one_or_many")]
+    pub faults: Vec<Fault>,
     pub command: Option<Command>,
     /// Absent in recipes stored before the section existed: the defaults apply.
     #[serde(default)]
@@ -299,6 +302,56 @@ pub struct Recipe {
     /// `[grpo]`: sampling, reward and update settings (read by `kind = "grpo"` only).
     #[serde(default)]
     pub grpo: Grpo,
+    /// `[recovery]`: restarts without a human (off in recipes stored before it).
+    #[serde(default)]
+    pub recovery: Recovery,
+}
+
+/// A stored `fault` as one table (recipes from before lists) or a list; `kind = "none"` entries
+/// are dropped.
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Fault>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(Fault),
+        Many(Vec<Fault>),
+    }
+    let all = match OneOrMany::deserialize(d)? {
+        OneOrMany::One(f) => vec![f],
+        OneOrMany::Many(v) => v,
+    };
+    Ok(all.into_iter().filter(|f| f.kind != FaultKind::None).collect())
+}
+
+/// `[recovery]`: on a crash, a hang or a lost node the server kills what is left and starts a
+/// child from the newest verified checkpoint, while the budgets last (DESIGN §recovery).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Recovery {
+    /// Restarts of one lineage in all; 0 (the default) turns recovery off.
+    pub max_restarts: u32,
+    /// The wait before the first restart; each further one waits twice the last.
+    pub backoff_s: f64,
+    /// Restarts allowed per cause (each at most `max_restarts`).
+    pub crash: u32,
+    pub hang: u32,
+    pub node_lost: u32,
+}
+
+impl Default for Recovery {
+    fn default() -> Recovery {
+        Recovery { max_restarts: 0, backoff_s: 1.0, crash: 0, hang: 0, node_lost: 0 }
+    }
+}
+
+impl Recovery {
+    /// The restarts `cause` may take.
+    pub fn budget(&self, cause: crate::record::Cause) -> u32 {
+        match cause {
+            crate::record::Cause::Crash => self.crash,
+            crate::record::Cause::Hang => self.hang,
+            crate::record::Cause::NodeLost => self.node_lost,
+        }
+    }
 }
 
 /// `[grpo]`: each step samples `group_size` completions for each of a rank's

@@ -18,13 +18,43 @@ pub(super) struct RawRecipe {
     pub checkpoint: Option<RawCheckpoint>,
     pub cluster: Option<RawCluster>,
     pub telemetry: Option<RawTelemetry>,
-    pub fault: Option<RawFault>,
+    pub fault: Option<OneOrMany<RawFault>>,
     pub command: Option<RawCommand>,
     pub analysis: Option<RawAnalysis>,
     pub init: Option<RawInit>,
     pub eval: Option<RawEval>,
     pub dpo: Option<RawDpo>,
     pub grpo: Option<RawGrpo>,
+    pub recovery: Option<RawRecovery>,
+}
+
+/// A table written once (`[fault]`) or as a list (`[[fault]]`).
+#[derive(Debug, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+#[serde(untagged)]
+pub(super) enum OneOrMany<T> {
+    One(T),
+    Many(Vec<T>),
+}
+
+impl<T> OneOrMany<T> {
+    pub fn into_vec(self) -> Vec<T> {
+        match self {
+            OneOrMany::One(t) => vec![t],
+            OneOrMany::Many(v) => v,
+        }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRecovery {
+    pub max_restarts: Option<i64>,
+    pub backoff_s: Option<f64>,
+    pub crash: Option<i64>,
+    pub hang: Option<i64>,
+    pub node_lost: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -298,6 +328,16 @@ pub(super) const TABLES: &[(&str, &[(&str, Ty)])] = &[
     ("eval", &[("every", Ty::Int), ("prompts", Ty::Int), ("max_new_tokens", Ty::Int)]),
     ("dpo", &[("beta", Ty::Float)]),
     (
+        "recovery",
+        &[
+            ("max_restarts", Ty::Int),
+            ("backoff_s", Ty::Float),
+            ("crash", Ty::Int),
+            ("hang", Ty::Int),
+            ("node_lost", Ty::Int),
+        ],
+    ),
+    (
         "grpo",
         &[
             ("group_size", Ty::Int),
@@ -312,6 +352,9 @@ pub(super) const TABLES: &[(&str, &[(&str, Ty)])] = &[
         ],
     ),
 ];
+
+/// Tables that may also be written as a list (`[[fault]]`), each element checked alike.
+pub(super) const LISTS: [&str; 1] = ["fault"];
 
 /// The keys of a table, if it is one the schema knows.
 pub(super) fn table_keys(table: &str) -> Option<&'static [(&'static str, Ty)]> {

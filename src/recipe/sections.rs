@@ -340,7 +340,9 @@ impl Check<'_> {
         })
     }
 
-    pub(super) fn fault(&self, raw: RawFault, world: u32, train: &Train, trains: bool) -> R<Fault> {
+    /// One fault table; `at` is its name in messages: `fault`, or `fault[1]` in a list.
+    pub(super) fn fault(&self, at: &str, raw: RawFault, world: u32, train: &Train, trains: bool) -> R<Fault> {
+        let key = |k: &str| format!("{at}.{k}");
         use FaultKind as F;
         let kinds = [
             ("none", F::None),
@@ -351,31 +353,36 @@ impl Check<'_> {
             ("slow", F::Slow),
             ("hold-join", F::HoldJoin),
         ];
-        let kind = self.choice("fault.kind", raw.kind, F::None, &kinds)?;
-        let rank = self.int_in("fault.rank", raw.rank.unwrap_or(0), 0, MAX_U32)? as u32;
+        let kind = self.choice(&key("kind"), raw.kind, F::None, &kinds)?;
+        let rank = self.int_in(&key("rank"), raw.rank.unwrap_or(0), 0, MAX_U32)? as u32;
         if rank >= world {
-            return Err(self.invalid("fault.rank", format!(
-                "{} is not a rank of this run: the world size (parallel.data) is {world}, so choose fault.rank from 0 to {}",
-                self.ctx.show("fault.rank", rank),
+            return Err(self.invalid(
+                &key("rank"),
+                format!(
+                "{} is not a rank of this run: the world size (parallel.data) is {world}, so choose {} from 0 to {}",
+                self.ctx.show(&key("rank"), rank),
+                key("rank"),
                 world - 1
-            )));
+            ),
+            ));
         }
         // Steps count from 1 (the first optimizer update), as `ids::Step` does.
-        let step = self.int_in("fault.step", raw.step.unwrap_or(1), 1, MAX_I64)? as u64;
+        let step = self.int_in(&key("step"), raw.step.unwrap_or(1), 1, MAX_I64)? as u64;
         if trains && kind != F::None && step > train.steps {
             return Err(self.invalid(
-                "fault.step",
+                &key("step"),
                 format!(
-                    "{} is after the last step ({}), so the fault would never fire; choose fault.step from 1 to {}",
-                    self.ctx.show("fault.step", step),
+                    "{} is after the last step ({}), so the fault would never fire; choose {} from 1 to {}",
+                    self.ctx.show(&key("step"), step),
                     self.ctx.show("train.steps", train.steps),
+                    key("step"),
                     train.steps
                 ),
             ));
         }
         let slow_pct = raw.slow_pct.unwrap_or(50.0);
         let valid = "a positive percentage (50 = the slow rank's steps take 1.5x as long)";
-        let slow_pct = self.float("fault.slow_pct", slow_pct, slow_pct > 0.0, valid)?;
+        let slow_pct = self.float(&key("slow_pct"), slow_pct, slow_pct > 0.0, valid)?;
         Ok(Fault { kind, rank, step, slow_pct })
     }
 }
@@ -398,6 +405,32 @@ impl Check<'_> {
             hang_k: k,
             straggler_margin_pct: margin,
             straggler_window_steps: window as u64,
+        })
+    }
+}
+
+/// Most restarts a lineage may take: past this a recipe is refused (a run that fails a hundred
+/// times needs a person, not another restart).
+const MAX_RESTARTS: i64 = 100;
+/// The longest first backoff; it doubles per restart up to `recovery::BACKOFF_CAP_S`.
+const MAX_BACKOFF_S: f64 = 600.0;
+
+impl Check<'_> {
+    pub(super) fn recovery(&self, raw: RawRecovery) -> R<Recovery> {
+        let max = self.int_in("recovery.max_restarts", raw.max_restarts.unwrap_or(0), 0, MAX_RESTARTS)? as u32;
+        let backoff = raw.backoff_s.unwrap_or(1.0);
+        let valid = "seconds from 0 to 600 (the first restart's wait; each further one doubles)";
+        let backoff_s = self.float("recovery.backoff_s", backoff, (0.0..=MAX_BACKOFF_S).contains(&backoff), valid)?;
+        // Each cause may take every restart unless the recipe says fewer.
+        let cause = |key: &str, v: Option<i64>| -> R<u32> {
+            Ok(self.int_in(key, v.unwrap_or(max.into()), 0, max.into())? as u32)
+        };
+        Ok(Recovery {
+            max_restarts: max,
+            backoff_s,
+            crash: cause("recovery.crash", raw.crash)?,
+            hang: cause("recovery.hang", raw.hang)?,
+            node_lost: cause("recovery.node_lost", raw.node_lost)?,
         })
     }
 }

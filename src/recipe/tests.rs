@@ -1,6 +1,6 @@
 //! Recipe tests: every shipped recipe loads, defaults and `--set` behave; helpers shared with
 //! `tests_invalid.rs`.
-use super::raw::{RawAnalysis, RawDpo, RawEval, RawGrpo, RawInit};
+use super::raw::{OneOrMany, RawAnalysis, RawDpo, RawEval, RawGrpo, RawInit, RawRecovery};
 use super::raw::{RawCheckpoint, RawCluster, RawCommand, RawData, RawFault, RawModel};
 use super::raw::{RawParallel, RawRecipe, RawTelemetry, RawTrain, TABLES, TOP_KEYS};
 use super::*;
@@ -104,7 +104,9 @@ fn defaults_fill_every_optional_key() {
     );
     let tel = &r.telemetry;
     assert_eq!((tel.step_interval, tel.sample_interval_ms, tel.enabled), (1, 1000, true));
-    assert_eq!((r.fault.kind, r.fault.rank, r.fault.step, r.fault.slow_pct), (FaultKind::None, 0, 1, 50.0));
+    assert!(r.faults.is_empty(), "no [fault]: none");
+    assert_eq!(r.recovery, Recovery::default());
+    assert_eq!(r.recovery.max_restarts, 0, "recovery is off unless asked");
     assert_eq!(r.command, None);
 }
 
@@ -211,7 +213,45 @@ fn set_overrides_parse_toml_values_and_bare_strings() {
 #[test]
 fn set_can_add_a_table_the_file_lacks() {
     let r = with_set(&["fault.kind=slow", "fault.slow_pct=200"]).expect("loads");
-    assert_eq!((r.fault.kind, r.fault.slow_pct), (FaultKind::Slow, 200.0));
+    assert_eq!((r.faults[0].kind, r.faults[0].slow_pct), (FaultKind::Slow, 200.0));
+}
+
+#[test]
+fn faults_can_be_a_list_checked_each_by_its_place() {
+    let write = |body: &str| parse_str(&format!("{MINIMAL}\n{body}"), "recipes/t.toml", &[]);
+    let r = write("[[fault]]\nkind = \"crash\"\nstep = 15\n[[fault]]\nkind = \"hang-before-collective\"\nstep = 30\n")
+        .expect("two faults");
+    assert_eq!(
+        r.faults.iter().map(|f| (f.kind, f.step)).collect::<Vec<_>>(),
+        [(FaultKind::Crash, 15), (FaultKind::HangBeforeCollective, 30)]
+    );
+    // The stored recipe reads back, and so does one stored before lists (a single table).
+    let back: Recipe = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+    assert_eq!(back.faults, r.faults);
+    let mut old = serde_json::to_value(&r).unwrap();
+    old["fault"] = serde_json::json!({"kind": "slow", "rank": 0, "step": 3, "slow_pct": 50.0});
+    assert_eq!(serde_json::from_value::<Recipe>(old).unwrap().faults[0].kind, FaultKind::Slow);
+    let e = write("[[fault]]\nkind = \"crash\"\n[[fault]]\nkind = \"crash\"\nstep = 999\n").unwrap_err().to_string();
+    assert!(e.contains("fault[1].step") && e.contains("after the last step"), "{e}");
+    let e = write("[[fault]]\nkind = \"crash\"\nsteps = 2\n").unwrap_err().to_string();
+    assert!(e.contains("fault[0].steps"), "{e}");
+}
+
+#[test]
+fn recovery_budgets_default_to_max_restarts_and_out_of_range_values_are_refused() {
+    let r = with_set(&["recovery.max_restarts=3", "recovery.hang=1"]).expect("loads");
+    assert_eq!((r.recovery.max_restarts, r.recovery.crash, r.recovery.hang, r.recovery.node_lost), (3, 3, 1, 3));
+    assert_eq!((r.recovery.budget(crate::record::Cause::Hang), r.recovery.backoff_s), (1, 1.0));
+    for (set, says) in [
+        ("recovery.max_restarts=101", "recovery.max_restarts"),
+        ("recovery.max_restarts=-1", "recovery.max_restarts"),
+        ("recovery.backoff_s=601", "recovery.backoff_s"),
+    ] {
+        let e = with_set(&[set]).unwrap_err().to_string();
+        assert!(e.contains(says), "{set}: {e}");
+    }
+    let e = with_set(&["recovery.max_restarts=2", "recovery.crash=3"]).unwrap_err().to_string();
+    assert!(e.contains("recovery.crash"), "a cause cannot take more than max_restarts: {e}");
 }
 
 #[test]
@@ -286,13 +326,14 @@ fn schema_and_raw_structs_name_the_same_keys() {
         checkpoint: Some(RawCheckpoint::default()),
         cluster: Some(RawCluster::default()),
         telemetry: Some(RawTelemetry::default()),
-        fault: Some(RawFault::default()),
+        fault: Some(OneOrMany::One(RawFault::default())),
         command: Some(RawCommand::default()),
         analysis: Some(RawAnalysis::default()),
         init: Some(RawInit::default()),
         eval: Some(RawEval::default()),
         dpo: Some(RawDpo::default()),
         grpo: Some(RawGrpo::default()),
+        recovery: Some(RawRecovery::default()),
         ..RawRecipe::default()
     };
     let json = serde_json::to_value(&full).expect("serialises");

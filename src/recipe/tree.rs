@@ -3,7 +3,7 @@
 //! Checking keys and types here, before serde, is what lets every message name the dotted key,
 //! the type it got and the type it needs; serde's own errors carry neither.
 use super::error::{ErrorKind, RecipeError};
-use super::raw::{key_names, table_keys, table_names, Ty, TABLES, TOP_KEYS};
+use super::raw::{key_names, table_keys, table_names, Ty, LISTS, TABLES, TOP_KEYS};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use toml::{Table, Value};
@@ -65,20 +65,35 @@ pub(super) fn check_schema(doc: &mut Table, ctx: &Ctx) -> Result<(), RecipeError
         let Some(keys) = table_keys(key) else {
             return Err(ctx.err(ErrorKind::UnknownKey, key, unknown_top(key)));
         };
-        let Value::Table(table) = value else {
-            let message = format!(
-                "{key} = {} has the wrong type: expected a table [{key}] with keys {}, got {}",
-                brief(value),
-                key_names(keys),
-                a_type(value)
-            );
-            return Err(ctx.err(ErrorKind::WrongType, key, message));
+        let listed = LISTS.contains(&key.as_str());
+        let tables: Vec<(String, &mut Table)> = match value {
+            Value::Table(table) => vec![(key.clone(), table)],
+            Value::Array(items) if listed && items.iter().all(Value::is_table) => items
+                .iter_mut()
+                .enumerate()
+                .filter_map(|(i, v)| v.as_table_mut().map(|t| (format!("{key}[{i}]"), t)))
+                .collect(),
+            other => {
+                let also = if listed { format!(" (or a list of them, [[{key}]])") } else { String::new() };
+                let message = format!(
+                    "{key} = {} has the wrong type: expected a table [{key}] with keys {}{also}, got {}",
+                    brief(other),
+                    key_names(keys),
+                    a_type(other)
+                );
+                return Err(ctx.err(ErrorKind::WrongType, key, message));
+            }
         };
-        for (sub, v) in table.iter_mut() {
-            let dotted = format!("{key}.{sub}");
-            match keys.iter().find(|(k, _)| k == sub) {
-                Some((_, ty)) => check_file_value(ctx, &dotted, v, *ty)?,
-                None => return Err(ctx.err(ErrorKind::UnknownKey, &dotted, unknown_in(key, sub))),
+        for (name, table) in tables {
+            for (sub, v) in table.iter_mut() {
+                let dotted = format!("{name}.{sub}");
+                match keys.iter().find(|(k, _)| k == sub) {
+                    Some((_, ty)) => check_file_value(ctx, &dotted, v, *ty)?,
+                    None => {
+                        let message = unknown_in(key, sub).replacen(&format!("{key}.{sub}"), &dotted, 1);
+                        return Err(ctx.err(ErrorKind::UnknownKey, &dotted, message));
+                    }
+                }
             }
         }
     }

@@ -76,7 +76,15 @@ impl Check<'_> {
         let parallel = self.parallel(raw.parallel.unwrap_or_default(), &cluster)?;
         let checkpoint = self.checkpoint(raw.checkpoint.unwrap_or_default())?;
         let telemetry = self.telemetry(raw.telemetry.unwrap_or_default())?;
-        let fault = self.fault(raw.fault.unwrap_or_default(), parallel.data, &train, trains)?;
+        let written = raw.fault.map(super::raw::OneOrMany::into_vec).unwrap_or_default();
+        let listed = written.len() > 1;
+        let mut faults = Vec::new();
+        for (i, f) in written.into_iter().enumerate() {
+            let at = if listed { format!("fault[{i}]") } else { "fault".to_string() };
+            faults.push(self.fault(&at, f, parallel.data, &train, trains)?);
+        }
+        faults.retain(|f| f.kind != FaultKind::None);
+        let recovery = self.recovery(raw.recovery.unwrap_or_default())?;
         let command = self.command(raw.command, kind)?;
         let analysis = self.analysis(raw.analysis.unwrap_or_default())?;
         self.pairing(kind, &data, &model)?;
@@ -94,13 +102,14 @@ impl Check<'_> {
             checkpoint,
             cluster,
             telemetry,
-            fault,
+            faults,
             command,
             analysis,
             init,
             eval,
             dpo,
             grpo,
+            recovery,
         })
     }
 

@@ -76,6 +76,39 @@ pub struct RunRecord {
     /// that checkpoint's run, when it is one of the history's).
     #[serde(default)]
     pub init_from: Option<InitPoint>,
+    /// For a run recovery started: which restart of its lineage, and why its parent ended.
+    #[serde(default)]
+    pub restart: Option<Restart>,
+}
+
+/// A restart by recovery (`[recovery]`): the attempt's number in its lineage (1 = the first
+/// restart) and the cause that ended its parent.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Restart {
+    pub attempt: u32,
+    pub cause: Cause,
+}
+
+/// Why a run of a lineage ended early, as recovery counts it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cause {
+    /// A rank exited with an error (or a signal).
+    Crash,
+    /// A hang verdict: no progress on some rank; the server killed the run.
+    Hang,
+    /// A node's agent was lost.
+    NodeLost,
+}
+
+impl Cause {
+    pub fn name(self) -> &'static str {
+        match self {
+            Cause::Crash => "crash",
+            Cause::Hang => "hang",
+            Cause::NodeLost => "node_lost",
+        }
+    }
 }
 
 /// The checkpoint a run's starting weights came from (`[init] from`).
@@ -103,6 +136,8 @@ pub struct RunMeta {
 pub struct Lineage {
     pub parent: RunId,
     pub from: ResumePoint,
+    /// Set when recovery, not a person, resumed the parent.
+    pub restart: Option<Restart>,
 }
 
 impl RunRecord {
@@ -115,7 +150,8 @@ impl RunRecord {
         agent_sockets: Vec<String>,
         lineage: Option<Lineage>,
     ) -> RunRecord {
-        let (parent, resumed_from) = lineage.map_or((None, None), |l| (Some(l.parent), Some(l.from)));
+        let (parent, resumed_from, restart) =
+            lineage.map_or((None, None, None), |l| (Some(l.parent), Some(l.from), l.restart));
         RunRecord {
             id,
             name: meta.name,
@@ -136,6 +172,7 @@ impl RunRecord {
             agent_sockets,
             resumed_from,
             init_from: None,
+            restart,
         }
     }
 }
@@ -268,6 +305,41 @@ pub struct RunDetail {
     /// Every verdict the analysis gave, oldest first, with its incident report if it has one.
     #[serde(default)]
     pub verdicts: Vec<VerdictRecord>,
+    /// The lineage through recovery's restarts that ends at this run, oldest first (empty when
+    /// recovery never restarted it).
+    #[serde(default)]
+    pub attempts: Vec<Attempt>,
+    /// Where the lineage's wall time went (`crate::goodput`), once it has ended.
+    #[serde(default)]
+    pub goodput: Option<Goodput>,
+}
+
+/// One run of a lineage recovery restarted, as `show` lists it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Attempt {
+    pub run: RunId,
+    pub status: RunStatus,
+    pub reason: String,
+    /// The highest step every rank reached.
+    pub step: u64,
+    /// The checkpoint step it started from (None for the first).
+    pub resumed_from: Option<u64>,
+    /// Why it was started (None for the first).
+    pub restart: Option<Restart>,
+}
+
+/// A lineage's wall time split; the parts add up to `wall_ms`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Goodput {
+    pub wall_ms: f64,
+    pub productive_ms: f64,
+    pub failed_ms: f64,
+    pub checkpoint_ms: f64,
+    pub stalled_ms: f64,
+    pub restart_wait_ms: f64,
+    pub other_ms: f64,
+    /// productive ÷ wall.
+    pub ratio: f64,
 }
 
 /// One row of the `verdicts` tree (key: run, detected ms, index): a verdict as given, or as

@@ -125,7 +125,7 @@ fn differences(md: &mut String, runs: &[RunData]) {
 
 /// Where each finished run's wall time went (`goodput`), when its step times are known.
 fn goodput_table(md: &mut String, runs: &[RunData]) {
-    let split: Vec<(String, goodput::Goodput)> = runs
+    let split: Vec<(String, crate::goodput::Goodput)> = runs
         .iter()
         .zip(goodput::resumed_after(runs))
         .filter_map(|(r, after)| Some((r.id(), goodput::of_run(r, after)?)))
@@ -153,11 +153,11 @@ fn goodput_table(md: &mut String, runs: &[RunData]) {
             "| {id} | {} | {} | {} | {} | {} | {} | **{:.1} %** |",
             ms(g.wall_ms),
             ms(g.productive_ms),
-            ms(g.recomputed_ms),
+            ms(g.failed_ms),
             ms(g.checkpoint_ms),
             ms(g.stalled_ms),
-            ms(g.other_ms()),
-            100.0 * g.ratio()
+            ms(g.other_ms),
+            100.0 * g.ratio
         );
     }
     md.push('\n');

@@ -90,14 +90,8 @@ pub async fn launch(shared: &Shared, req: LaunchRequest, progress: Progress) -> 
     shared.ingest.write(batch).await.map_err(anyhow::Error::msg)?;
 
     let transports = started.transports.clone();
-    let attached = super::link::attach_nodes(
-        Tracker::new(record.clone(), Vec::new()),
-        transports,
-        Some(dir),
-        shared.ingest.clone(),
-        shared.registry.clone(),
-    )
-    .await;
+    let attached =
+        super::link::attach_nodes(Tracker::new(record.clone(), Vec::new()), transports, Some(dir), shared).await;
     if let Err(e) = attached {
         // Started but unreachable right away: take them down, so nothing is left running anywhere.
         let left = placement.abandon(started).await;

@@ -5,9 +5,10 @@ use super::incident::{self, Stacks};
 use super::ingest::Ingest;
 use super::tracker::{Tracker, VerdictKey};
 use super::transport::{self, Incoming, NodeHandle, Transport};
-use super::{Live, NodeFrames, Registry, RunView, StackAsk};
+use super::{Live, NodeFrames, RunView, Shared, StackAsk};
 use crate::ids::{unix_ms, Rank};
 use crate::protocol::{AgentCommand, AgentEvent, AgentFrame, RankStacks, RunOutcome, StackReport, Verdict};
+use crate::record::VerdictKind;
 use crate::store::{Batch, EventKind, EventRecord, RunStatus, VerdictRecord};
 use crate::sync::lock;
 use std::collections::HashMap;
@@ -21,6 +22,9 @@ const BATCH_FRAMES: usize = 2048;
 const FLUSH_EVERY: Duration = Duration::from_millis(100);
 /// How long the last acks may take to reach the agents when a run ends.
 const ACK_GRACE: Duration = Duration::from_secs(10);
+/// How long recovery waits for a hung run's stacks (for its incident report) before it kills
+/// the run to restart it.
+const STACKS_GRACE: Duration = Duration::from_secs(10);
 /// Batches a watcher may fall behind (about 25 s at the flush interval) before it is told it
 /// lagged and must reload from the store.
 const WATCH_BACKLOG: usize = 256;
@@ -31,9 +35,10 @@ pub async fn attach_nodes(
     tracker: Tracker,
     transports: Vec<Transport>,
     run_dir: Option<PathBuf>,
-    ingest: Ingest,
-    registry: Registry,
+    shared: &Shared,
 ) -> anyhow::Result<()> {
+    let (ingest, registry, shared) = (shared.ingest.clone(), shared.registry.clone(), shared.clone());
+    let recovery = super::recovery::settings(&tracker.state.record);
     let run = tracker.state.record.id.clone();
     let after: Vec<u64> =
         (0..transports.len()).map(|k| tracker.state.record.acked_seq.get(k).copied().unwrap_or(0)).collect();
@@ -77,6 +82,11 @@ pub async fn attach_nodes(
             next_request: 0,
             pending: HashMap::new(),
             incidents: HashMap::new(),
+            shared,
+            recovery,
+            hang_kill_at: None,
+            killed_for_hang: false,
+            taken_up: false,
         };
         if let Err(e) = link.run(in_rx, cmd_rx, stacks_rx).await {
             tracing::warn!("run {run}: link failed: {e}");
@@ -118,6 +128,14 @@ struct Link {
     pending: HashMap<u64, StackWait>,
     /// Hang verdicts with a report: the verdict as it stands, and whether its file exists yet.
     incidents: HashMap<VerdictKey, (Verdict, bool)>,
+    shared: Shared,
+    /// The recipe's `[recovery]`, when it restarts runs.
+    recovery: Option<crate::recipe::Recovery>,
+    /// A hung run recovery will kill: when, at the latest (sooner once its stacks are in).
+    hang_kill_at: Option<tokio::time::Instant>,
+    killed_for_hang: bool,
+    /// Whether the run's end was handed to recovery (once).
+    taken_up: bool,
 }
 
 /// A stack dump in progress: who waits, how many nodes have yet to answer, what came so far.
@@ -158,6 +176,9 @@ impl Link {
                 _ = tick.tick() => {
                     self.flush().await?;
                     self.analyze().await?;
+                    if self.hang_kill_at.is_some_and(|t| tokio::time::Instant::now() >= t) {
+                        self.kill_for_recovery();
+                    }
                 }
                 Some(ask) = stack_asks.recv() => self.ask_stacks(Pending::Client(ask.reply), ask.rank, ask.native),
                 Some(cmd) = cmds.recv() => {
@@ -179,6 +200,7 @@ impl Link {
             self.tracker.end_without_agent(status, reason, &mut batch);
             self.ingest.write(batch).await.map_err(anyhow::Error::msg)?;
         }
+        self.take_up();
         self.publish(true);
         self.deliver_last_acks().await;
         Ok(())
@@ -289,8 +311,35 @@ impl Link {
             let _ = self.frames_out.send(std::sync::Arc::new(NodeFrames { node: k as u32, frames }));
         }
         let ended = !self.tracker.state.record.status.is_live();
+        if ended {
+            self.take_up();
+        }
         self.publish(ended);
         self.after_batch().await
+    }
+
+    /// Hands the run's end to recovery when its recipe restarts and the cause is one it undoes;
+    /// before the end is published, so followers find the restart.
+    fn take_up(&mut self) {
+        let Some(recovery) = self.recovery.clone().filter(|_| !self.taken_up) else { return };
+        self.taken_up = true;
+        let record = self.tracker.state.record.clone();
+        if let Some(cause) = super::recovery::cause(&record, self.killed_for_hang) {
+            super::recovery::take_up(&self.shared, record, cause, recovery);
+        }
+    }
+
+    /// Kills a hung run so that recovery can restart it.
+    fn kill_for_recovery(&mut self) {
+        if self.hang_kill_at.take().is_none() || !self.tracker.state.record.status.is_live() {
+            return;
+        }
+        self.killed_for_hang = true;
+        self.note("recovery: killing the hung run to restart it".into());
+        self.tracker.analyzer.ending();
+        for n in self.nodes.iter().filter(|n| !n.done()) {
+            let _ = n.handle.cmds.try_send(AgentCommand::Kill);
+        }
     }
 
     /// Lets the analysis give its time-based verdicts (no frame needs to arrive for a hang).
@@ -317,6 +366,10 @@ impl Link {
                 self.tracker.state.record.status.is_live() && self.tracker.analyzer.ranks().values().any(|r| r.live());
             let stacks =
                 if live { Stacks::Pending } else { Stacks::Unavailable("the run ended with the verdict".into()) };
+            let hang = matches!(verdict.kind, VerdictKind::NeverEntered | VerdictKind::StuckInCollective);
+            if live && hang && self.recovery.is_some() && self.hang_kill_at.is_none() {
+                self.hang_kill_at = Some(tokio::time::Instant::now() + STACKS_GRACE);
+            }
             self.incidents.insert(key, (verdict, false));
             self.write_incident(key, stacks).await?;
             if live {
@@ -349,6 +402,8 @@ impl Link {
                         }
                     }
                     self.write_incident(key, Stacks::Grouped(&report)).await?;
+                    // The report has its stacks: a hung run recovery waits on can go now.
+                    self.kill_for_recovery();
                 }
             }
         }

@@ -9,6 +9,7 @@ mod init;
 pub(crate) mod launch;
 mod link;
 mod placement;
+pub(crate) mod recovery;
 mod resume;
 pub(crate) mod tracker;
 mod transport;
@@ -68,6 +69,10 @@ pub struct Shared {
     ingest: ingest::Ingest,
     pub registry: Registry,
     clients: Arc<AtomicUsize>,
+    /// Runs recovery took up, and what became of them (followers go on to the child).
+    restarts: recovery::Restarts,
+    /// Restarts waiting out their backoff or launching: the server stays up for them.
+    recovering: Arc<AtomicUsize>,
 }
 
 /// How long the server stays up with no live run and no client (env override for tests).
@@ -131,6 +136,8 @@ async fn serve(db: DbPaths, store: Store) -> anyhow::Result<()> {
         db,
         registry: Arc::new(Mutex::new(HashMap::new())),
         clients: Arc::new(AtomicUsize::new(0)),
+        restarts: Arc::new(Mutex::new(HashMap::new())),
+        recovering: Arc::new(AtomicUsize::new(0)),
     };
     recover(&shared).await;
     println!("ready");
@@ -159,7 +166,9 @@ async fn serve(db: DbPaths, store: Store) -> anyhow::Result<()> {
                 Err(e) => tracing::warn!("accept: {e}"),
             },
             _ = idle_check.tick() => {
-                let busy = shared.clients.load(Ordering::SeqCst) > 0 || !lock(&shared.registry).is_empty();
+                let busy = shared.clients.load(Ordering::SeqCst) > 0
+                    || shared.recovering.load(Ordering::SeqCst) > 0
+                    || !lock(&shared.registry).is_empty();
                 if busy {
                     idle_since = tokio::time::Instant::now();
                 } else if idle_since.elapsed() >= idle_grace() {
@@ -191,15 +200,7 @@ async fn recover(shared: &Shared) {
         };
         let attached = match transports {
             Ok(t) => {
-                let (ingest, registry) = (shared.ingest.clone(), shared.registry.clone());
-                link::attach_nodes(
-                    tracker_clone(&record, shared),
-                    t,
-                    Some(shared.db.run_dir(&record.id)),
-                    ingest,
-                    registry,
-                )
-                .await
+                link::attach_nodes(tracker_clone(&record, shared), t, Some(shared.db.run_dir(&record.id)), shared).await
             }
             Err(e) => Err(e),
         };

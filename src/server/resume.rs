@@ -10,6 +10,8 @@ use anyhow::Context;
 
 /// `Request::Resume`: a child of run `query` from its checkpoint at `step` (None: the newest
 /// that verifies), with the parent's recipe or `recipe_json` (the parent's plus overrides).
+/// `restart`: set when recovery asks, not a person.
+#[allow(clippy::too_many_arguments)]
 pub async fn resume(
     shared: &super::Shared,
     query: &str,
@@ -18,6 +20,7 @@ pub async fn resume(
     name: Option<String>,
     ssh: SshContext,
     progress: Progress,
+    restart: Option<crate::record::Restart>,
 ) -> anyhow::Result<crate::protocol::Reply> {
     let store = shared.store.clone();
     let q = query.to_string();
@@ -61,7 +64,7 @@ pub async fn resume(
     check_resume(&parent_recipe, &child, chosen.step, chosen.manifest.world_size)
         .map_err(|m| anyhow::anyhow!("run {id}: {m}"))?;
     let from = ResumePoint { step: chosen.step, path: chosen.path.display().to_string() };
-    let lineage = Lineage { parent: id.clone(), from: from.clone() };
+    let lineage = Lineage { parent: id.clone(), from: from.clone(), restart };
     let name = name.or_else(|| Some(parent.name.clone()));
     let req = LaunchRequest {
         recipe_json: child_json,

@@ -1,5 +1,5 @@
 //! Builds `RunDetail` (what `show` prints) from the stored trees.
-use super::{RunDetail, Store, StoreError, Summary};
+use super::{RunDetail, RunRecord, Store, StoreError, Summary};
 use crate::ids::RunId;
 use std::collections::BTreeMap;
 
@@ -8,14 +8,55 @@ impl Store {
         let Some(record) = self.get_run(run)? else {
             return Ok(None);
         };
+        let lineage = self.lineage(&record)?;
         Ok(Some(RunDetail {
             ranks: self.ranks(run)?,
             events: self.events(run)?,
             metrics: self.metric_names(run)?,
             summary: self.summary(run)?,
             verdicts: self.verdicts(run)?,
+            attempts: if lineage.len() > 1 { lineage.iter().map(attempt).collect() } else { Vec::new() },
+            goodput: self.goodput(&lineage)?,
             run: record,
         }))
+    }
+
+    /// `record` and the runs recovery restarted into it, oldest first.
+    fn lineage(&self, record: &RunRecord) -> Result<Vec<RunRecord>, StoreError> {
+        let mut chain = vec![record.clone()];
+        while let Some(parent) = chain.last().filter(|r| r.restart.is_some()).and_then(|r| r.parent.clone()) {
+            match self.get_run(&parent)? {
+                // A lineage is finite; a cycle in a damaged store is not followed round.
+                Some(p) if !chain.iter().any(|r| r.id == p.id) => chain.push(p),
+                _ => break,
+            }
+        }
+        chain.reverse();
+        Ok(chain)
+    }
+
+    /// The lineage's goodput from its attempts' step times, checkpoints and hangs.
+    fn goodput(&self, lineage: &[RunRecord]) -> Result<Option<crate::record::Goodput>, StoreError> {
+        let mut times = Vec::new();
+        for (i, r) in lineage.iter().enumerate() {
+            let blocking = self.checkpoints(&r.id)?.iter().map(|c| c.blocking_ms).sum();
+            let hangs = self
+                .verdicts(&r.id)?
+                .iter()
+                .map(|v| &v.verdict)
+                .filter(|v| v.kind != crate::record::VerdictKind::Straggler)
+                .map(|v| (v.since_ms, v.detected_ms))
+                .collect();
+            times.push(crate::goodput::AttemptTimes {
+                created_ms: r.created_ms,
+                ended_ms: r.ended_ms,
+                step_ms: self.rank_mean(&r.id, "step_time_ms")?,
+                checkpoint_ms: blocking,
+                hangs,
+                redone_after: lineage.get(i + 1).and_then(|next| next.resumed_from.as_ref()).map(|f| f.step),
+            });
+        }
+        Ok(crate::goodput::of_lineage(&times).filter(|_| times.iter().any(|t| !t.step_ms.is_empty())))
     }
 
     /// Per-step means over ranks of one metric, in step order.
@@ -51,5 +92,16 @@ impl Store {
             step_time_ms_median: median,
             tokens_per_s,
         })
+    }
+}
+
+fn attempt(r: &RunRecord) -> crate::record::Attempt {
+    crate::record::Attempt {
+        run: r.id.clone(),
+        status: r.status,
+        reason: r.reason.clone(),
+        step: r.step,
+        resumed_from: r.resumed_from.as_ref().map(|f| f.step),
+        restart: r.restart.clone(),
     }
 }

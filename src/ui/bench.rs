@@ -51,6 +51,8 @@ fn snapshot(ranks: u32, now_ms: u64) -> RunSnapshot {
         metrics: Vec::new(),
         summary: Summary::default(),
         verdicts: Vec::new(),
+        attempts: Vec::new(),
+        goodput: None,
     };
     RunSnapshot { detail, series: Vec::new(), collectives: Vec::new(), logs: Vec::new() }
 }

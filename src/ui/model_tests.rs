@@ -52,6 +52,8 @@ fn snapshot(frames: &[Vec<AgentFrame>], acked: [u64; 2]) -> RunSnapshot {
         metrics: vec!["loss".into()],
         summary: Summary::default(),
         verdicts: vec![],
+        attempts: Vec::new(),
+        goodput: None,
     };
     RunSnapshot { detail, series, collectives: vec![], logs: vec![] }
 }

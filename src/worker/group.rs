@@ -71,7 +71,7 @@ pub fn connect(env: &WorkerEnv, recipe: &Recipe, tele: &TelemetryTx) -> Result<B
             Nccl::connect(&mut store, Rank(rank), world, env.local_rank, env.rendezvous_timeout).map_err(wrap)?;
         return Ok(Box::new(FlightRecorder::new(nccl, RECORDER_CAPACITY, tele.sink())));
     }
-    if recipe.fault.kind == FaultKind::HoldJoin && recipe.fault.rank == rank {
+    if recipe.faults.iter().any(|f| f.kind == FaultKind::HoldJoin && f.rank == rank) {
         // Test-only: the others' ring listeners stay open until the test says go.
         store.get(RELEASE_KEY, env.rendezvous_timeout).map_err(wrap)?;
     }

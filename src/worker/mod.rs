@@ -139,13 +139,14 @@ pub(crate) mod testing {
                 ssh: Default::default(),
             },
             telemetry: Telemetry { step_interval: 1, sample_interval_ms: 1000, enabled: true },
-            fault: Fault { kind: FaultKind::None, rank: 0, step: 0, slow_pct: 0.0 },
+            faults: Vec::new(),
             command: None,
             analysis: Analysis::default(),
             init: None,
             eval: Eval::default(),
             dpo: Dpo::default(),
             grpo: Grpo::default(),
+            recovery: Recovery::default(),
         }
     }
 }

@@ -180,8 +180,10 @@ pub fn train_session(
     let mut ckpt = Checkpointer::new(session.plan, session.stop, recipe, rank, tele)?;
     let mut stopped = false;
     let mut last = start;
-    let fault = &recipe.fault;
-    let faulty = |kind: FaultKind, s: u64| fault.kind == kind && fault.rank == rank && s >= fault.step;
+    let faults: Vec<&crate::recipe::Fault> = recipe.faults.iter().filter(|f| f.rank == rank).collect();
+    // The fault of `kind` in force at step `s` (from its step on), if any.
+    let fault_at = |kind: FaultKind, s: u64| faults.iter().copied().find(|f| f.kind == kind && s >= f.step);
+    let faulty = |kind: FaultKind, s: u64| fault_at(kind, s).is_some();
     let mut final_loss = f64::NAN;
     let eval_every = recipe.eval.every;
     if eval_every > 0 && start == 0 {
@@ -243,7 +245,7 @@ pub fn train_session(
             loss.f_backward()?;
             // Reads the loss back to the host: a synchronisation point on a GPU.
             loss_sum += loss.f_double_value(&[])?;
-            if faulty(FaultKind::Slow, s) {
+            if let Some(fault) = fault_at(FaultKind::Slow, s) {
                 if s == fault.step && pass == 0 {
                     eprintln!(
                         "rank {rank}: fault injection: {}% slower from step {s} at unix ms {}",
@@ -262,12 +264,12 @@ pub fn train_session(
                 group.set_step(step);
                 // Only the first pass of the first step at or after fault.step plays these (a
                 // stalled rank never comes back; a mismatch breaks the ring).
-                let first_faulty = s == fault.step && fault.rank == rank && pass == 0;
-                if first_faulty && fault.kind == FaultKind::HangInCollective {
+                let first_faulty = |kind| pass == 0 && faults.iter().any(|f| f.kind == kind && f.step == s);
+                if first_faulty(FaultKind::HangInCollective) {
                     eprintln!("rank {rank}: fault injection: stalling mid-ring in step {s} at unix ms {}", unix_ms());
                     group.inject(InjectedFault::StallAfterFirstChunk);
                 }
-                let shrink = first_faulty && fault.kind == FaultKind::Mismatch;
+                let shrink = first_faulty(FaultKind::Mismatch);
                 if shrink {
                     eprintln!("rank {rank}: fault injection: one element short in step {s} at unix ms {}", unix_ms());
                 }

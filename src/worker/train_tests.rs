@@ -124,7 +124,7 @@ fn two_ranks_with_batch_b_match_one_rank_with_batch_2b() {
 #[test]
 fn slow_fault_stretches_backward_from_its_step() {
     let mut r = recipe(1, 4, 6);
-    r.fault = Fault { kind: FaultKind::Slow, rank: 0, step: 4, slow_pct: 300.0 };
+    r.faults = vec![Fault { kind: FaultKind::Slow, rank: 0, step: 4, slow_pct: 300.0 }];
     let (_, m) = losses(&r, &mut Solo);
     for m in &m[3..] {
         // bwd_ms = backward + 3 × (forward + backward) ≥ 3 × forward.
@@ -136,7 +136,7 @@ fn slow_fault_stretches_backward_from_its_step() {
 fn bad_recipes_are_refused_up_front() {
     let mut r = recipe(1, 4, 6);
     for kind in [FaultKind::Mismatch, FaultKind::HangInCollective] {
-        r.fault = Fault { kind, rank: 0, step: 1, slow_pct: 0.0 };
+        r.faults = vec![Fault { kind, rank: 0, step: 1, slow_pct: 0.0 }];
         assert!(check(&r, 1).is_ok(), "{kind:?} is implemented");
     }
     let r = recipe(2, 4, 6);
@@ -234,7 +234,7 @@ fn an_sft_run_reports_token_accuracy_each_step_and_the_eval_before_during_and_af
 fn hang_before_collective_parks_after_reporting_data() {
     let (_dir, path, rx) = agent();
     let mut r = recipe(1, 2, 10);
-    r.fault = Fault { kind: FaultKind::HangBeforeCollective, rank: 0, step: 3, slow_pct: 0.0 };
+    r.faults = vec![Fault { kind: FaultKind::HangBeforeCollective, rank: 0, step: 3, slow_pct: 0.0 }];
     std::thread::spawn(move || {
         let tel = Telemetry::connect(Some(&path), "local", Rank(0), &r.telemetry);
         let _ = train(&r, &mut Solo, tel.tx(), &mut |_| {});

@@ -90,7 +90,7 @@ async fn answer_with(shared: &Shared, req: Request, progress: Progress) -> anyho
         }
         Request::Checkpoints { run, verify } => checkpoints::checkpoints(shared, &run, verify).await?,
         Request::Resume { run, step, recipe_json, name, ssh } => {
-            super::resume::resume(shared, &run, step, recipe_json, name, ssh, progress).await?
+            super::resume::resume(shared, &run, step, recipe_json, name, ssh, progress, None).await?
         }
         Request::Import { path, format, name } => {
             let req = super::import::ImportRequest { path: path.into(), format, name };

@@ -13,20 +13,44 @@ use tokio::sync::broadcast;
 /// A follower hears at most one progress line this often (the final line always).
 const PROGRESS_EVERY: Duration = Duration::from_millis(1000);
 
-/// Streams progress of a run until it ends, then its final status.
+/// Streams progress of a run until it ends, then its final status; through a recovery's
+/// restarts (`Reply::Restarted`) to the lineage's last run.
 pub async fn follow(wr: &mut OwnedWriteHalf, shared: &Shared, query: &str) -> anyhow::Result<()> {
-    let id = match resolve(shared, query).await {
+    let mut id = match resolve(shared, query).await {
         Ok(id) => id,
         Err(e) => return Ok(write_frame_async(wr, &Reply::Error { message: format!("{e:#}") }).await?),
     };
-    let view = lock(&shared.registry).get(&id).map(|l| l.view.clone());
+    loop {
+        let Some((status, reason)) = progress_until_end(wr, shared, &id).await? else {
+            let message = format!("run {id} vanished");
+            return Ok(write_frame_async(wr, &Reply::Error { message }).await?);
+        };
+        match restarted(shared, &id).await {
+            Some((child, restart)) => {
+                let reply = Reply::Restarted { run: id, status, reason, child: child.clone(), restart };
+                write_frame_async(wr, &reply).await?;
+                id = child;
+            }
+            None => return Ok(write_frame_async(wr, &Reply::Ended { run: id, status, reason }).await?),
+        }
+    }
+}
+
+/// Sends a live run's progress until it ends; returns its final status (from the store when
+/// it is not live), None when the store has no such run.
+async fn progress_until_end(
+    wr: &mut OwnedWriteHalf,
+    shared: &Shared,
+    id: &RunId,
+) -> anyhow::Result<Option<(crate::store::RunStatus, String)>> {
+    let view = lock(&shared.registry).get(id).map(|l| l.view.clone());
     if let Some(mut view) = view {
         let mut last_sent: Option<tokio::time::Instant> = None;
         loop {
             let current: RunView = view.borrow_and_update().clone();
-            if let Some((status, reason)) = current.ended {
+            if let Some(ended) = current.ended {
                 write_frame_async(wr, &Reply::Progress(current.progress)).await?;
-                return Ok(write_frame_async(wr, &Reply::Ended { run: id, status, reason }).await?);
+                return Ok(Some(ended));
             }
             if last_sent.is_none_or(|t| t.elapsed() >= PROGRESS_EVERY) {
                 write_frame_async(wr, &Reply::Progress(current.progress)).await?;
@@ -38,7 +62,20 @@ pub async fn follow(wr: &mut OwnedWriteHalf, shared: &Shared, query: &str) -> an
         }
     }
     // Not live (or its link just finished): the stored record has the final word.
-    send_final(wr, shared, id).await
+    let store = shared.store.clone();
+    let id2 = id.clone();
+    let record = tokio::task::spawn_blocking(move || store.get_run(&id2)).await??;
+    Ok(record.map(|r| (r.status, r.reason)))
+}
+
+/// The child recovery started in `id`'s place, waiting out a decision still pending.
+async fn restarted(shared: &Shared, id: &RunId) -> Option<(RunId, crate::record::Restart)> {
+    let mut rx = lock(&shared.restarts).get(id).cloned()?;
+    let decided = rx.wait_for(|o| *o != crate::server::recovery::Outcome::Pending).await.ok()?.clone();
+    match decided {
+        crate::server::recovery::Outcome::Restarted { child, restart } => Some((child, restart)),
+        _ => None,
+    }
 }
 
 /// Ends a streamed request with the run's stored final status.

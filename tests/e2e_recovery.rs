@@ -1,0 +1,129 @@
+//! Recovery without a human: a 2-rank run with a crash injected at step 15 and a hang at step 30
+//! (each firing only in the attempt that first reaches it) and `max_restarts = 3` finishes all
+//! its steps by itself, its losses equal to an uninterrupted run's bit for bit, `show --json`
+//! lists the restarts with their causes and a goodput whose parts add up to the wall time; a
+//! budget that runs out ends the lineage with the reason.
+mod common;
+
+use common::{csv_rows, recipe, Db};
+use std::collections::BTreeMap;
+
+const STEPS: u64 = 40;
+
+/// tiny-gpt with checkpoints every 10 steps, 40 steps, and `extra` appended.
+fn write_recipe(dir: &std::path::Path, name: &str, extra: &str) -> std::path::PathBuf {
+    let base = std::fs::read_to_string(recipe("tiny-gpt.toml")).expect("tiny-gpt.toml");
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, format!("{base}\n{extra}")).expect("write recipe");
+    path
+}
+
+fn run_headless(db: &Db, path: &std::path::Path, name: &str) -> std::process::Output {
+    let steps = format!("train.steps={STEPS}");
+    let path = path.to_str().expect("utf-8 path");
+    db.run(&["run", path, "--headless", "--name", name, "--set", &steps, "--set", "checkpoint.every=10"])
+}
+
+/// (step, rank) → loss bits of one run.
+fn losses(db: &Db, run: &str) -> BTreeMap<(u64, u32), u64> {
+    let out = db.run(&["metrics", run, "--key", "loss", "--format", "csv"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    csv_rows(&String::from_utf8_lossy(&out.stdout)).into_iter().map(|(s, r, v)| ((s, r), v.to_bits())).collect()
+}
+
+const FAULTS: &str = r#"
+[[fault]]
+kind = "crash"
+rank = 1
+step = 15
+
+[[fault]]
+kind = "hang-before-collective"
+rank = 1
+step = 30
+"#;
+
+#[test]
+fn a_crash_and_a_hang_are_recovered_by_themselves_bit_exact_with_the_causes_and_goodput_in_show() {
+    let db = Db::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let straight = write_recipe(dir.path(), "straight", "");
+    let out = run_headless(&db, &straight, "straight");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let faulty =
+        write_recipe(dir.path(), "faulty", &format!("{FAULTS}\n[recovery]\nmax_restarts = 3\nbackoff_s = 0\n"));
+    let out = run_headless(&db, &faulty, "recovered");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(out.status.code(), Some(0), "the lineage succeeds:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("recovery restarted it after a crash as run "), "{stdout}");
+    assert!(stdout.contains("recovery restarted it after a hang as run "), "{stdout}");
+    assert!(stdout.contains(&format!("step {STEPS}/{STEPS}")), "{stdout}");
+
+    let show = db.json(&["show", "recovered", "--json"]);
+    assert_eq!(show["run"]["status"], "succeeded", "{}", show["run"]);
+    let attempts = show["attempts"].as_array().expect("attempts");
+    assert_eq!(attempts.len(), 3, "{attempts:?}");
+    let causes: Vec<&str> = attempts[1..].iter().map(|a| a["restart"]["cause"].as_str().unwrap_or("?")).collect();
+    assert_eq!(causes, ["crash", "hang"]);
+    assert_eq!(attempts[0]["status"], "failed", "{}", attempts[0]);
+    assert_eq!(attempts[1]["status"], "killed", "recovery killed the hung attempt: {}", attempts[1]);
+    // Each restart resumed from the newest checkpoint before its parent's failure.
+    let from: Vec<u64> = attempts[1..].iter().map(|a| a["resumed_from"].as_u64().unwrap_or(0)).collect();
+    assert_eq!(from, [10, 20]);
+
+    let g = &show["goodput"];
+    let part = |k: &str| g[k].as_f64().unwrap_or_else(|| panic!("goodput.{k}: {g}"));
+    let ratio = part("ratio");
+    assert!(ratio > 0.0 && ratio < 1.0, "{g}");
+    let parts: f64 = ["productive_ms", "failed_ms", "checkpoint_ms", "stalled_ms", "restart_wait_ms", "other_ms"]
+        .iter()
+        .map(|k| part(k))
+        .sum();
+    assert!((parts - part("wall_ms")).abs() < 1e-6 * part("wall_ms"), "parts {parts} ≠ wall: {g}");
+    assert!(part("failed_ms") > 0.0 && part("stalled_ms") > 0.0, "a crash loses steps and a hang stalls: {g}");
+
+    // The final lineage's loss at each step is the attempt that last computed it.
+    let mut lineage: BTreeMap<(u64, u32), u64> = BTreeMap::new();
+    for a in attempts {
+        lineage.extend(losses(&db, a["run"].as_str().expect("run id")));
+    }
+    let want = losses(&db, "straight");
+    assert_eq!(want.len() as u64, STEPS * 2, "every step of both ranks");
+    for (k, bits) in &want {
+        assert_eq!(lineage.get(k), Some(bits), "step/rank {k:?} differs from the uninterrupted run");
+    }
+    db.finish();
+}
+
+#[test]
+fn a_spent_budget_ends_the_lineage_failed_with_the_reason() {
+    let db = Db::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Crash budget 1, but two crashes: the second attempt's crash (step 25) is not restarted.
+    let faults =
+        "[[fault]]\nkind = \"crash\"\nrank = 1\nstep = 15\n\n[[fault]]\nkind = \"crash\"\nrank = 0\nstep = 25\n";
+    let path = write_recipe(
+        dir.path(),
+        "budget",
+        &format!("{faults}\n[recovery]\nmax_restarts = 3\ncrash = 1\nbackoff_s = 0\n"),
+    );
+    let out = run_headless(&db, &path, "budget");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("recovery restarted it after a crash"), "{stdout}");
+    let show = db.json(&["show", "budget", "--json"]);
+    assert_eq!(show["run"]["status"], "failed");
+    assert_eq!(show["attempts"].as_array().map(Vec::len), Some(2), "{}", show["attempts"]);
+    let events: Vec<String> = show["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter_map(|e| e["text"].as_str().map(String::from))
+        .collect();
+    assert!(
+        events.iter().any(|e| e.contains("recovery: not restarting after a crash: its 1 crash restarts are spent")),
+        "{events:?}"
+    );
+    db.finish();
+}
