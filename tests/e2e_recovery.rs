@@ -127,3 +127,26 @@ fn a_spent_budget_ends_the_lineage_failed_with_the_reason() {
     );
     db.finish();
 }
+
+#[test]
+fn a_failure_before_the_first_checkpoint_is_not_restarted_and_says_why() {
+    let db = Db::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let extra = "[[fault]]\nkind = \"crash\"\nrank = 1\nstep = 4\n\n[recovery]\nmax_restarts = 3\nbackoff_s = 0\n";
+    let path = write_recipe(dir.path(), "early", extra);
+    let out = run_headless(&db, &path, "early");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(!stdout.contains("recovery restarted it"), "nothing to resume from: {stdout}");
+    let show = db.json(&["show", "early", "--json"]);
+    assert_eq!(show["attempts"], serde_json::json!([]), "one run, no restarts");
+    let events: Vec<String> = show["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter_map(|e| e["text"].as_str().map(String::from))
+        .collect();
+    let said = events.iter().find(|e| e.starts_with("recovery: not restarting after a crash: "));
+    assert!(said.is_some_and(|e| e.contains("checkpoint")), "{events:?}");
+    db.finish();
+}

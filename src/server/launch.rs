@@ -32,6 +32,13 @@ pub async fn launch(shared: &Shared, req: LaunchRequest, progress: Progress) -> 
     let began_ms = unix_ms();
     let dir = shared.db.run_dir(&run);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let space = match checkpoint_room(&recipe, &dir) {
+        Ok(warning) => warning,
+        Err(why) => {
+            let _ = std::fs::remove_dir_all(&dir);
+            anyhow::bail!(why);
+        }
+    };
     std::fs::write(dir.join("recipe.json"), &req.recipe_json)?;
     let placement = Placement::of(&recipe, req.ssh.clone());
     let from = StartFrom {
@@ -87,6 +94,9 @@ pub async fn launch(shared: &Shared, req: LaunchRequest, progress: Progress) -> 
     let mut batch = Batch::default();
     batch.runs.push(record.clone());
     batch.events.push((run.clone(), EventRecord { t_ms: began_ms, kind: EventKind::RunStarted, rank: None, text }));
+    if let Some(text) = space {
+        batch.events.push((run.clone(), EventRecord { t_ms: began_ms, kind: EventKind::Notice, rank: None, text }));
+    }
     shared.ingest.write(batch).await.map_err(anyhow::Error::msg)?;
 
     let transports = started.transports.clone();
@@ -105,4 +115,21 @@ pub async fn launch(shared: &Shared, req: LaunchRequest, progress: Progress) -> 
         anyhow::bail!(reason);
     }
     Ok(run)
+}
+
+/// Whether this machine's disk holds the run's checkpoints: Err refuses a run that saves
+/// (`checkpoint.every > 0`) when not even one fits; Ok(Some) warns when fewer than `keep + 1`
+/// do. Only for checkpoints written here (the embedded trainers on local ranks).
+fn checkpoint_room(recipe: &Recipe, run_dir: &std::path::Path) -> Result<Option<String>, String> {
+    use crate::store::checkpoints::{estimated_bytes, free_bytes, room, root_of};
+    let local = recipe.cluster.hosts.iter().all(|h| h == "local");
+    if recipe.kind == crate::recipe::Kind::Command || !local {
+        return Ok(None);
+    }
+    let root = root_of(run_dir, &recipe.checkpoint.dir);
+    let Ok(free) = free_bytes(&root) else { return Ok(None) };
+    match room(free, estimated_bytes(&recipe.model), recipe.checkpoint.keep, &root) {
+        Err(why) if recipe.checkpoint.every == 0 => Ok(Some(format!("{why} (a graceful stop's save will fail)"))),
+        other => other,
+    }
 }

@@ -36,6 +36,50 @@ pub fn root_of(run_dir: &Path, checkpoint_dir: &str) -> PathBuf {
     run_dir.join(checkpoint_dir)
 }
 
+/// The bytes a checkpoint of `model` takes: the weights and AdamW's two moments as f32, plus
+/// the small files (a margin of 64 KiB).
+pub fn estimated_bytes(model: &crate::recipe::Model) -> u64 {
+    crate::mfu::total_params(model) * 4 * 3 + (64 << 10)
+}
+
+/// Bytes free to an unprivileged writer on the filesystem holding `path` (or its nearest
+/// existing ancestor, for a directory not made yet).
+pub fn free_bytes(path: &Path) -> std::io::Result<u64> {
+    let existing = path.ancestors().find(|p| p.exists()).unwrap_or(Path::new("/"));
+    let c = std::ffi::CString::new(existing.as_os_str().as_encoded_bytes())
+        .map_err(|_| std::io::Error::other("a path with a NUL byte"))?;
+    // SAFETY: statvfs fills the struct it is given; the path is a valid C string.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+}
+
+/// Whether `free` bytes hold the checkpoints a run keeps: Err (refuse) when not even one fits,
+/// Ok(Some(warning)) when fewer than `keep + 1` do (the newest is written before the oldest is
+/// pruned), Ok(None) when all do.
+pub fn room(free: u64, bytes: u64, keep: u32, root: &Path) -> Result<Option<String>, String> {
+    let (b, f) = (crate::units::bytes(bytes), crate::units::bytes(free));
+    if free < bytes {
+        return Err(format!(
+            "no room for one checkpoint: a save needs about {b} and {} has {f} free; free space there or set \
+             checkpoint.dir on a larger disk",
+            root.display()
+        ));
+    }
+    let want = bytes.saturating_mul(u64::from(keep) + 1);
+    Ok((free < want).then(|| {
+        format!(
+            "checkpoint space is short: checkpoint.keep = {keep} needs about {} ({} saves of {b} while the newest is \
+             written), {} has {f} free; saves will fail once it fills",
+            crate::units::bytes(want),
+            keep + 1,
+            root.display()
+        )
+    }))
+}
+
 fn depth_name(depth: Depth) -> &'static str {
     match depth {
         Depth::Sizes => "sizes",

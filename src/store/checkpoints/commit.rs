@@ -22,6 +22,16 @@ pub enum CommitError {
     Exists { step: u64, dir: String },
     #[error("{path}: {source}")]
     Io { path: String, source: std::io::Error },
+    /// A save that failed before its manifest: what it wrote is gone, or says why not.
+    #[error("{source} ({})", cleanup_text(.dir, .cleanup))]
+    Partial { dir: String, source: Box<CommitError>, cleanup: Result<(), String> },
+}
+
+fn cleanup_text(dir: &str, cleanup: &Result<(), String>) -> String {
+    match cleanup {
+        Ok(()) => format!("the partial {dir} was removed"),
+        Err(e) => format!("the partial {dir} could not be removed: {e}"),
+    }
 }
 
 fn io_at(path: &Path) -> impl Fn(std::io::Error) -> CommitError + '_ {
@@ -59,6 +69,22 @@ pub fn commit(root: &Path, info: &CommitInfo, files: &[(&str, &[u8])]) -> Result
     // The new directory's entry in `root` becomes durable with LATEST's fsync of `root`; until
     // then a power loss can only lose the whole directory, never tear it.
     std::fs::create_dir(&dir).map_err(io_at(&dir))?;
+    let manifest = match write_step(&dir, info, files) {
+        Ok(m) => m,
+        Err(e) => {
+            // Never committed: a full disk must not keep the half-written files that would make
+            // the next save fail sooner.
+            let cleanup = std::fs::remove_dir_all(&dir).map_err(|e| e.to_string());
+            let dir = dir.display().to_string();
+            return Err(CommitError::Partial { dir, source: Box::new(e), cleanup });
+        }
+    };
+    write_atomic(root, LATEST, format!("{}\n", latest_name(info.step)).as_bytes()).map_err(io_at(root))?;
+    Ok(manifest)
+}
+
+/// The step's files, their fsyncs and its manifest, in `dir` (made empty by the caller).
+fn write_step(dir: &Path, info: &CommitInfo, files: &[(&str, &[u8])]) -> Result<Manifest, CommitError> {
     // Everything is written before anything is fsynced: the first fsync then commits one
     // journal transaction holding every file, and the rest find their data already down.
     let mut entries = Vec::with_capacity(files.len());
@@ -77,7 +103,7 @@ pub fn commit(root: &Path, info: &CommitInfo, files: &[(&str, &[u8])]) -> Result
     // Concurrent fsyncs share the disk's cache flushes instead of paying one each in turn.
     let synced: Vec<(std::io::Result<()>, &Path)> = std::thread::scope(|s| {
         let files: Vec<_> = open.iter().map(|(f, path)| (s.spawn(move || f.sync_all()), path.as_path())).collect();
-        let dir_synced = (fsync_dir_of(&dir), dir.as_path());
+        let dir_synced = (fsync_dir_of(dir), dir);
         let failed = || Err(std::io::Error::other("the fsync thread panicked"));
         files.into_iter().map(|(h, p)| (h.join().unwrap_or_else(|_| failed()), p)).chain([dir_synced]).collect()
     });
@@ -94,8 +120,7 @@ pub fn commit(root: &Path, info: &CommitInfo, files: &[(&str, &[u8])]) -> Result
         files: entries,
     };
     let json = serde_json::to_vec_pretty(&manifest).unwrap_or_default();
-    write_atomic(&dir, MANIFEST, &json).map_err(io_at(&dir))?;
-    write_atomic(root, LATEST, format!("{}\n", latest_name(info.step)).as_bytes()).map_err(io_at(root))?;
+    write_atomic(dir, MANIFEST, &json).map_err(io_at(dir))?;
     Ok(manifest)
 }
 

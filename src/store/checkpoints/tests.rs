@@ -193,3 +193,30 @@ fn a_run_without_checkpoints_is_told_why_it_has_none() {
     let gone = why_none(300, 100, "/r/checkpoints");
     assert!(gone.contains("no checkpoints in /r/checkpoints") && gone.contains("removed"), "{gone}");
 }
+
+#[test]
+fn a_save_that_fails_midway_removes_what_it_wrote_and_latest_stays() {
+    let tmp = tempfile::tempdir().unwrap();
+    save(tmp.path(), 10);
+    // The third file cannot be created (as a full disk refuses the next write): the model and
+    // optimizer files written before it must not stay behind.
+    let mut broken = files(20, 2);
+    broken.insert(2, ("no/such/dir/file".to_string(), b"x".to_vec()));
+    let info = CommitInfo { run: "r".into(), step: 20, world_size: 2, loss: 0.0, saved_ms: 1 };
+    let err = put(tmp.path(), &info, &broken).unwrap_err().to_string();
+    assert!(err.contains("no/such/dir/file") && err.contains("was removed"), "{err}");
+    assert!(!dir(tmp.path(), 20).exists(), "the partial step directory is gone");
+    assert_eq!(latest(tmp.path()), Some(10), "the last good checkpoint is still the latest");
+}
+
+#[test]
+fn room_refuses_when_one_checkpoint_cannot_fit_and_warns_below_keep_plus_one() {
+    let root = Path::new("/db/runs/r/checkpoints");
+    let mb = 1u64 << 20;
+    let none = super::room(4 * mb, 5 * mb, 3, root).unwrap_err();
+    assert!(none.contains("no room for one checkpoint") && none.contains("/db/runs/r/checkpoints"), "{none}");
+    let short = super::room(12 * mb, 5 * mb, 3, root).unwrap().expect("a warning");
+    assert!(short.contains("checkpoint.keep = 3 needs about 20.0 MiB (4 saves"), "{short}");
+    assert_eq!(super::room(20 * mb, 5 * mb, 3, root), Ok(None));
+    assert!(super::free_bytes(&std::env::temp_dir().join("not/made/yet")).is_ok(), "the nearest ancestor counts");
+}

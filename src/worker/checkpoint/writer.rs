@@ -128,6 +128,19 @@ fn commit_job(root: &std::path::Path, keep: u32, job: &Job, tele: &TelemetryTx) 
     let mut files: Vec<(&str, &[u8])> =
         vec![(crate::store::checkpoints::disk::MODEL, &model), (crate::store::checkpoints::disk::OPTIM, &optim)];
     files.extend(job.small.iter().map(|(n, b)| (n.as_str(), b.as_slice())));
+    // A save that cannot fit is refused before it writes a byte: nothing partial to clean up.
+    let need: u64 = files.iter().map(|(_, b)| b.len() as u64).sum();
+    if let Ok(free) = crate::store::checkpoints::free_bytes(root) {
+        if free < need {
+            return Err(format!(
+                "no space for checkpoint step {}: it needs {} and {} has {} free",
+                job.info.step,
+                crate::units::bytes(need),
+                root.display(),
+                crate::units::bytes(free)
+            ));
+        }
+    }
     let manifest = commit(root, &job.info, &files).map_err(|e| e.to_string())?;
     let write_ms = t0.elapsed().as_secs_f64() * 1e3;
     let pruned = prune(root, keep).map_err(|e| format!("committed, then pruning failed: {e}"))?;

@@ -1,0 +1,110 @@
+//! A full disk: the database on a 12 MiB tmpfs (made and removed by the test; skipped with the
+//! reason where it cannot be mounted). A run whose checkpoints cannot all fit is warned at
+//! launch, saves that do not fit fail with a message naming the space and leave nothing
+//! partial, every step's points survive; a run whose single checkpoint cannot fit is refused.
+mod common;
+
+use common::{csv_rows, recipe, Db};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A tmpfs mounted over a directory for the test's life.
+struct Mount(PathBuf);
+
+impl Mount {
+    fn tmpfs(at: &Path, size: &str) -> Result<Mount, String> {
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(at)
+            .output()
+            .map_err(|e| format!("mount: {e}"))?;
+        if !out.status.success() {
+            return Err(format!("mount -t tmpfs failed: {}", String::from_utf8_lossy(&out.stderr).trim()));
+        }
+        Ok(Mount(at.to_path_buf()))
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn saves_that_do_not_fit_fail_naming_the_space_leave_nothing_partial_and_lose_no_step() {
+    let db = Db::new();
+    let _mount = match Mount::tmpfs(db.path(), "12m") {
+        Ok(m) => m,
+        Err(why) => return common::skipped(file!(), &why),
+    };
+    let r = recipe("tiny-gpt.toml");
+    let sets = ["train.steps=60", "checkpoint.every=10", "checkpoint.keep=3"];
+    let mut args = vec!["run", r.to_str().unwrap(), "--headless", "--name", "full"];
+    for s in &sets {
+        args.extend(["--set", s]);
+    }
+    let out = db.run(&args);
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let show = db.json(&["show", "full", "--json"]);
+    let events: Vec<String> = show["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter_map(|e| e["text"].as_str().map(String::from))
+        .collect();
+    // Warned at launch: 4 saves of about 4.7 MiB do not fit in 12 MiB.
+    assert!(
+        events.iter().any(|e| e.starts_with("checkpoint space is short: checkpoint.keep = 3 needs about")),
+        "{events:#?}\n{said}"
+    );
+    // The saves that did not fit say why, naming the directory and the space.
+    let failed: Vec<&String> = events.iter().filter(|e| e.contains("no space for checkpoint step")).collect();
+    assert!(!failed.is_empty(), "{events:#?}");
+    assert!(failed.iter().all(|e| e.contains("checkpoints") && e.contains("free")), "{failed:#?}");
+    // Nothing partial on disk: every step directory left is a committed checkpoint.
+    let run = show["run"]["id"].as_str().expect("id").to_string();
+    let root = db.path().join("runs").join(&run).join("checkpoints");
+    let ckpts = db.json(&["ckpts", &run, "--json"]);
+    let committed: Vec<u64> =
+        ckpts["checkpoints"].as_array().expect("checkpoints").iter().filter_map(|c| c["step"].as_u64()).collect();
+    assert!(!committed.is_empty(), "the first saves fit: {ckpts}");
+    for entry in std::fs::read_dir(&root).expect("the checkpoint root").flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        if let Some(step) = name.strip_prefix("step-").and_then(|s| s.parse::<u64>().ok()) {
+            assert!(committed.contains(&step), "{name} is on disk but not a committed checkpoint ({committed:?})");
+        }
+    }
+    // Every step of both ranks reached the history.
+    let loss = db.run(&["metrics", &run, "--key", "loss", "--format", "csv"]);
+    assert_eq!(csv_rows(&String::from_utf8_lossy(&loss.stdout)).len(), 120, "60 steps × 2 ranks");
+    db.finish();
+}
+
+#[test]
+fn a_run_whose_one_checkpoint_cannot_fit_is_refused_at_launch_and_leaves_nothing() {
+    let db = Db::new();
+    let _mount = match Mount::tmpfs(db.path(), "12m") {
+        Ok(m) => m,
+        Err(why) => return common::skipped(file!(), &why),
+    };
+    let r = recipe("tiny-gpt.toml");
+    // d_model 512: about 6.4 M parameters, 76 MiB per checkpoint.
+    let out = db.run(&[
+        "run",
+        r.to_str().unwrap(),
+        "--headless",
+        "--set",
+        "model.d_model=512",
+        "--set",
+        "checkpoint.every=10",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(err.contains("no room for one checkpoint") && err.contains("free"), "{err}");
+    let runs = db.json(&["runs", "--json"]);
+    assert_eq!(runs["runs"], serde_json::json!([]), "nothing recorded");
+    let left = std::fs::read_dir(db.path().join("runs")).map(|d| d.flatten().count()).unwrap_or(0);
+    assert_eq!(left, 0, "no run directory left");
+    db.finish();
+}
