@@ -374,11 +374,46 @@ pub fn header(view: &CkptsView) -> Vec<Span<'static>> {
     out
 }
 
-/// ` · ↳ PARENT@STEP` for a resumed run (nothing for a fresh one).
+/// ` · ↳ PARENT@STEP` for a resumed run, with `restart N after a CAUSE` when recovery started it
+/// (nothing for a fresh one).
 pub fn lineage_spans(r: &RunRecord) -> Vec<Span<'static>> {
+    let restart = r.restart.as_ref().map(|x| format!(" (restart {} after a {})", x.attempt, x.cause.name()));
     match (&r.parent, &r.resumed_from) {
-        (Some(p), Some(from)) => vec![Span::styled(format!(" · ↳ {p}@{}", from.step), Style::new().fg(Color::Yellow))],
+        (Some(p), Some(from)) => vec![Span::styled(
+            format!(" · ↳ {p}@{}{}", from.step, restart.unwrap_or_default()),
+            Style::new().fg(Color::Yellow),
+        )],
         (Some(p), None) => vec![Span::styled(format!(" · ↳ {p}"), Style::new().fg(Color::Yellow))],
         _ => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::record::{Cause, Lineage, Restart, ResumePoint, RunMeta, RunRecord};
+
+    fn child(restart: Option<Restart>) -> RunRecord {
+        let meta = RunMeta {
+            name: "r".into(),
+            recipe_name: "r".into(),
+            recipe_path: "r.toml".into(),
+            recipe_json: "{}".into(),
+            world_size: 2,
+            steps_planned: 40,
+        };
+        let parent = crate::ids::RunId("20261206T000000-abcd".into());
+        let lineage = Lineage { parent, from: ResumePoint { step: 20, path: "p".into() }, restart };
+        RunRecord::starting(crate::ids::RunId::new_now(), meta, vec!["local".into()], vec![], Some(lineage))
+    }
+
+    fn text(r: &RunRecord) -> String {
+        super::lineage_spans(r).iter().map(|s| s.content.to_string()).collect()
+    }
+
+    #[test]
+    fn a_run_recovery_restarted_says_which_restart_and_why() {
+        assert_eq!(text(&child(None)), " · ↳ 20261206T000000-abcd@20");
+        let restarted = child(Some(Restart { attempt: 2, cause: Cause::Hang }));
+        assert_eq!(text(&restarted), " · ↳ 20261206T000000-abcd@20 (restart 2 after a hang)");
     }
 }

@@ -135,6 +135,11 @@ impl HomeView {
             None => p.to_string(),
         };
         match (&r.resumed_from, &r.init_from) {
+            // Restarted by recovery: the cause first, since the name is the same as its parent's.
+            (Some(from), _) if r.restart.is_some() => {
+                let cause = r.restart.as_ref().map_or("", |x| x.cause.name());
+                fmt::truncate(&format!("↻ {cause} {who}@{}", from.step), 20)
+            }
             (Some(from), _) => fmt::truncate(&format!("↳ {who}@{}", from.step), 20),
             // Started from the parent's weights (`[init] from`): a new stage of a chain.
             (None, Some(init)) => fmt::truncate(&format!("from {who}@{}", init.step), 20),
