@@ -131,6 +131,24 @@ fn snapshot_then_frames_cover_every_step_once() {
 }
 
 #[test]
+fn a_restart_by_recovery_opens_the_child_and_says_why() {
+    let snap: RunSnapshot = fixture("open-snapshot.json");
+    let id = snap.detail.run.id.clone();
+    let mut app = app(Start::Open(id.to_string()));
+    app.on_data(DataEvent::Snapshot(Box::new(snap)));
+    app.effects.take();
+    let child = flightdeck::ids::RunId("20261206T000001-beef".into());
+    let restart = flightdeck::record::Restart { attempt: 1, cause: flightdeck::record::Cause::Crash };
+    // Another run's restart is not the open run's.
+    app.on_data(DataEvent::Restarted { run: child.clone(), child: id.clone(), restart: restart.clone() });
+    assert_eq!(app.effects.take(), vec![]);
+    app.on_data(DataEvent::Restarted { run: id.clone(), child: child.clone(), restart });
+    assert_eq!(app.effects.take(), vec![Command::Open { run: child.to_string() }]);
+    let said = app.status.as_ref().map(|s| s.text.clone()).unwrap_or_default();
+    assert!(said.contains(&format!("restarted run {id} after a crash as run {child} (restart 1)")), "{said}");
+}
+
+#[test]
 fn lagging_stream_reloads_the_run() {
     let snap: RunSnapshot = fixture("open-snapshot.json");
     let id = snap.detail.run.id.clone();

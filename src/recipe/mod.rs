@@ -284,7 +284,7 @@ pub struct Recipe {
     pub telemetry: Telemetry,
     /// `[fault]` or `[[fault]]`: test faults, each firing once per lineage (a recovery attempt
     /// leaves out those its parent already reached). Stored recipes hold one table or a list.
-    #[serde(rename = "fault", deserialize_with = "one_or_many")]
+    #[serde(rename = "fault", deserialize_with = "one_or_many", serialize_with = "table_or_list")]
     pub faults: Vec<Fault>,
     pub command: Option<Command>,
     /// Absent in recipes stored before the section existed: the defaults apply.
@@ -305,6 +305,17 @@ pub struct Recipe {
     /// `[recovery]`: restarts without a human (off in recipes stored before it).
     #[serde(default)]
     pub recovery: Recovery,
+}
+
+/// Faults as stored: one table when there are none or one (`kind = "none"` for none, as
+/// recipes stored before lists have it, so `--set fault.kind=...` on a resume still applies),
+/// a list when there are several.
+fn table_or_list<S: serde::Serializer>(faults: &[Fault], s: S) -> Result<S::Ok, S::Error> {
+    match faults {
+        [] => Fault { kind: FaultKind::None, rank: 0, step: 1, slow_pct: 50.0 }.serialize(s),
+        [one] => one.serialize(s),
+        many => many.serialize(s),
+    }
 }
 
 /// A stored `fault` as one table (recipes from before lists) or a list; `kind = "none"` entries

@@ -228,6 +228,12 @@ fn faults_can_be_a_list_checked_each_by_its_place() {
     // The stored recipe reads back, and so does one stored before lists (a single table).
     let back: Recipe = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
     assert_eq!(back.faults, r.faults);
+    // One fault or none is stored as one table, as before lists, so a resume's --set applies.
+    let one = with_set(&["fault.kind=slow"]).unwrap();
+    assert!(serde_json::to_value(&one).unwrap()["fault"].is_object());
+    let none = serde_json::to_value(parse_str(MINIMAL, "t.toml", &[]).unwrap()).unwrap();
+    assert_eq!(none["fault"]["kind"], "none");
+    assert!(serde_json::from_value::<Recipe>(none).unwrap().faults.is_empty());
     let mut old = serde_json::to_value(&r).unwrap();
     old["fault"] = serde_json::json!({"kind": "slow", "rank": 0, "step": 3, "slow_pct": 50.0});
     assert_eq!(serde_json::from_value::<Recipe>(old).unwrap().faults[0].kind, FaultKind::Slow);

@@ -246,6 +246,11 @@ pub(super) fn apply_overrides(doc: &mut Table, overrides: &[String], ctx: &mut C
             );
             return Err(RecipeError::new(ctx.origin, ErrorKind::WrongType, Some(key), message));
         }
+        if let Some(t) = table.filter(|t| doc.get(*t).is_some_and(Value::is_array)) {
+            return Err(bad(format!(
+                "{t} is a list in the file ([[{t}]]): --set cannot pick one of them; edit the recipe instead"
+            )));
+        }
         let slot = match table {
             None => Some(&mut *doc),
             Some(t) => doc.entry(t).or_insert_with(|| Value::Table(Table::new())).as_table_mut(),

@@ -316,6 +316,17 @@ impl App {
                 Some(m) if m.state.record.id == run => m.ended(status, &reason),
                 _ => return false,
             },
+            DataEvent::Restarted { run, child, restart } => {
+                if self.run.model.as_ref().is_none_or(|m| m.state.record.id != run) {
+                    return false;
+                }
+                self.say(format!(
+                    "recovery restarted run {run} after a {} as run {child} (restart {}): following it",
+                    restart.cause.name(),
+                    restart.attempt
+                ));
+                self.open_run(child.as_str());
+            }
             DataEvent::Launched(run) => {
                 self.say(format!("launched run {run}"));
                 self.overlay = None;

@@ -111,6 +111,13 @@ pub enum DataEvent {
         status: RunStatus,
         reason: String,
     },
+    /// Recovery started `child` in `run`'s place (from `run`'s progress stream): the cockpit
+    /// goes on with the child, as `run --headless` does.
+    Restarted {
+        run: RunId,
+        child: RunId,
+        restart: crate::record::Restart,
+    },
     Launched(RunId),
     Recipes(Vec<RecipeChoice>),
     CompareSeries {

@@ -167,6 +167,10 @@ async fn follow_verdicts_once(
                     return Ok(Watch::Done);
                 }
             }
+            Reply::Restarted { run, child, restart, .. } => {
+                let _ = tx.send(DataEvent::Restarted { run, child, restart }).await;
+                return Ok(Watch::Done);
+            }
             _ => return Ok(Watch::Done),
         }
     }

@@ -72,6 +72,8 @@ pub struct RunModel {
     /// A torch job's Python ranks: each one's newest flight-recorder snapshot (live only), for
     /// the matrix by process group.
     pub flights: BTreeMap<u32, crate::torchfr::Snapshot>,
+    /// The lineage's goodput, as the history had it when the run was opened (once it ended).
+    pub goodput: Option<crate::record::Goodput>,
 }
 
 impl RunModel {
@@ -91,6 +93,7 @@ impl RunModel {
             stored_verdicts: d.verdicts.iter().map(|r| r.verdict.clone()).collect(),
             live_verdicts: None,
             flights: BTreeMap::new(),
+            goodput: d.goodput.clone(),
         };
         m.last_collective.resize(m.state.ranks.len(), None);
         for ss in &s.series {

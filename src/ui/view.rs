@@ -138,6 +138,9 @@ impl App {
                         (ckpts::lineage_spans(r), 4),
                         (gpu::mfu_spans(m), 3),
                     ];
+                    if let Some(g) = m.goodput.as_ref().filter(|_| !m.is_live()) {
+                        parts.push((vec![Span::raw(format!(" · goodput {:.0}%", 100.0 * g.ratio))], 5));
+                    }
                     if let (true, Some(t)) = (m.is_live(), m.last_data_ms) {
                         let age = self.now_ms().saturating_sub(t);
                         let st = if age > STALE_MS { Style::new().fg(Color::Yellow) } else { fmt::dim() };
