@@ -75,7 +75,7 @@ fn a_run_its_resume_and_a_comparison_are_reported_with_charts_that_exist_and_are
     ok(&db.run(&["report", &parent, &child, "--out", lineage.to_str().unwrap()]));
     let md = std::fs::read_to_string(lineage.join("report.md")).expect("report.md");
     let row = md.lines().find(|l| l.starts_with(&format!("| {parent} |")) && l.ends_with("%** |")).expect("goodput");
-    let recomputed = row.split(" | ").nth(3).expect("the recomputed cell");
+    let recomputed = row.split(" | ").nth(3).expect("the failed (redone) cell");
     assert!(recomputed != "0 ms", "steps 21-30 of the parent were redone: {row}");
 
     let cmp = out.path().join("cmp");

@@ -134,18 +134,13 @@ fn goodput_table(md: &mut String, runs: &[RunData]) {
         return;
     }
     md.push_str(
-        "## Goodput\n\nWall time split: steps that count, steps redone after a resume (from a later run in this \
-         report), checkpoints' blocking time, a hang from its last progress to the run's end, and the rest \
-         (start-up, teardown, evaluation, waits). Goodput = productive ÷ wall.\n\n",
+        "## Goodput\n\nWall time split: steps that count, failed work (steps redone after a resume by a later run \
+         in this report), checkpoints' blocking time, a hang from its last progress to the run's end, and the \
+         rest (start-up, teardown, evaluation, waits), as `flightdeck show` splits a lineage. Goodput = \
+         productive ÷ wall.\n\n",
     );
-    md.push_str(
-        "| run | wall | productive | recomputed | checkpoints | stalled | other | goodput |
-",
-    );
-    md.push_str(
-        "| --- | --- | --- | --- | --- | --- | --- | --- |
-",
-    );
+    md.push_str("| run | wall | productive | failed (redone) | checkpoints | stalled | other | goodput |\n");
+    md.push_str("| --- | --- | --- | --- | --- | --- | --- | --- |\n");
     let ms = |v: f64| if v < 1000.0 { format!("{v:.0} ms") } else { format!("{:.2} s", v / 1000.0) };
     for (id, g) in split {
         let _ = writeln!(
@@ -175,14 +170,8 @@ fn bandwidth(md: &mut String, run: &RunData, named: bool) {
          each rank, which includes waiting for the last rank to arrive; median and p90 over ranks and steps. \
          busbw = algbw × the op's bus factor (nccl-tests: 2(n−1)/n for all-reduce).\n"
     );
-    md.push_str(
-        "| op | size | count | median | p90 | algbw GB/s | busbw GB/s |
-",
-    );
-    md.push_str(
-        "| --- | --- | --- | --- | --- | --- | --- |
-",
-    );
+    md.push_str("| op | size | count | median | p90 | algbw GB/s | busbw GB/s |\n");
+    md.push_str("| --- | --- | --- | --- | --- | --- | --- |\n");
     for b in &run.bandwidth {
         let _ = writeln!(
             md,
