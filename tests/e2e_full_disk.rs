@@ -47,12 +47,7 @@ fn saves_that_do_not_fit_fail_naming_the_space_leave_nothing_partial_and_lose_no
     let out = db.run(&args);
     let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     let show = db.json(&["show", "full", "--json"]);
-    let events: Vec<String> = show["events"]
-        .as_array()
-        .expect("events")
-        .iter()
-        .filter_map(|e| e["text"].as_str().map(String::from))
-        .collect();
+    let events = common::event_texts(&show);
     // Warned at launch: 4 saves of about 4.7 MiB do not fit in 12 MiB.
     assert!(
         events.iter().any(|e| e.starts_with("checkpoint space is short: checkpoint.keep = 3 needs about")),

@@ -115,12 +115,7 @@ fn a_spent_budget_ends_the_lineage_failed_with_the_reason() {
     let show = db.json(&["show", "budget", "--json"]);
     assert_eq!(show["run"]["status"], "failed");
     assert_eq!(show["attempts"].as_array().map(Vec::len), Some(2), "{}", show["attempts"]);
-    let events: Vec<String> = show["events"]
-        .as_array()
-        .expect("events")
-        .iter()
-        .filter_map(|e| e["text"].as_str().map(String::from))
-        .collect();
+    let events = common::event_texts(&show);
     assert!(
         events.iter().any(|e| e.contains("recovery: not restarting after a crash: its 1 crash restarts are spent")),
         "{events:?}"
@@ -140,12 +135,7 @@ fn a_failure_before_the_first_checkpoint_is_not_restarted_and_says_why() {
     assert!(!stdout.contains("recovery restarted it"), "nothing to resume from: {stdout}");
     let show = db.json(&["show", "early", "--json"]);
     assert_eq!(show["attempts"], serde_json::json!([]), "one run, no restarts");
-    let events: Vec<String> = show["events"]
-        .as_array()
-        .expect("events")
-        .iter()
-        .filter_map(|e| e["text"].as_str().map(String::from))
-        .collect();
+    let events = common::event_texts(&show);
     let said = events.iter().find(|e| e.starts_with("recovery: not restarting after a crash: "));
     assert!(said.is_some_and(|e| e.contains("checkpoint")), "{events:?}");
     db.finish();

@@ -137,6 +137,11 @@ pub fn stdout_lines(child: &mut Child) -> impl Iterator<Item = std::io::Result<S
     BufReader::new(child.stdout.take().expect("piped stdout")).lines()
 }
 
+/// The event texts of a `show --json` document, oldest first.
+pub fn event_texts(show: &serde_json::Value) -> Vec<String> {
+    show["events"].as_array().expect("events").iter().filter_map(|e| e["text"].as_str().map(String::from)).collect()
+}
+
 /// Parses `step,rank,value` CSV into (step, rank, value) rows.
 pub fn csv_rows(text: &str) -> Vec<(u64, u32, f64)> {
     let mut lines = text.lines();
