@@ -30,6 +30,17 @@ pub struct AttemptTimes {
     pub redone_after: Option<u64>,
 }
 
+/// An attempt's hangs from its verdicts: (last progress, detection) of each verdict that is
+/// not a straggler (a slow rank is not a stall).
+pub fn hangs<'a>(verdicts: impl IntoIterator<Item = &'a crate::record::VerdictRecord>) -> Vec<(u64, u64)> {
+    verdicts
+        .into_iter()
+        .map(|v| &v.verdict)
+        .filter(|v| v.kind != crate::record::VerdictKind::Straggler)
+        .map(|v| (v.since_ms, v.detected_ms))
+        .collect()
+}
+
 /// The split of a finished lineage (None while its last attempt runs, or with nothing in it).
 pub fn of_lineage(attempts: &[AttemptTimes]) -> Option<Goodput> {
     let first = attempts.first()?;

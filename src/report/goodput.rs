@@ -3,7 +3,6 @@
 //! work (done again there).
 use super::{across_ranks, RunData};
 use crate::goodput::{of_lineage, AttemptTimes, Goodput};
-use crate::record::VerdictKind;
 
 /// The split of a finished run (None while it runs, or with no step times). `redone_after`:
 /// the step a child in the same report resumed from.
@@ -13,13 +12,7 @@ pub fn of_run(run: &RunData, redone_after: Option<u64>) -> Option<Goodput> {
     if step_ms.is_empty() {
         return None;
     }
-    let hangs = d
-        .verdicts
-        .iter()
-        .map(|v| &v.verdict)
-        .filter(|v| v.kind != VerdictKind::Straggler)
-        .map(|v| (v.since_ms, v.detected_ms))
-        .collect();
+    let hangs = crate::goodput::hangs(&d.verdicts);
     of_lineage(&[AttemptTimes {
         created_ms: d.run.created_ms,
         ended_ms: d.run.ended_ms,

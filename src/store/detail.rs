@@ -40,13 +40,7 @@ impl Store {
         let mut times = Vec::new();
         for (i, r) in lineage.iter().enumerate() {
             let blocking = self.checkpoints(&r.id)?.iter().map(|c| c.blocking_ms).sum();
-            let hangs = self
-                .verdicts(&r.id)?
-                .iter()
-                .map(|v| &v.verdict)
-                .filter(|v| v.kind != crate::record::VerdictKind::Straggler)
-                .map(|v| (v.since_ms, v.detected_ms))
-                .collect();
+            let hangs = crate::goodput::hangs(&self.verdicts(&r.id)?);
             times.push(crate::goodput::AttemptTimes {
                 created_ms: r.created_ms,
                 ended_ms: r.ended_ms,

@@ -62,10 +62,7 @@ async fn progress_until_end(
         }
     }
     // Not live (or its link just finished): the stored record has the final word.
-    let store = shared.store.clone();
-    let id2 = id.clone();
-    let record = tokio::task::spawn_blocking(move || store.get_run(&id2)).await??;
-    Ok(record.map(|r| (r.status, r.reason)))
+    stored_end(shared, id).await
 }
 
 /// The child recovery started in `id`'s place, waiting out a decision still pending.
@@ -80,14 +77,19 @@ async fn restarted(shared: &Shared, id: &RunId) -> Option<(RunId, crate::record:
 
 /// Ends a streamed request with the run's stored final status.
 async fn send_final(wr: &mut OwnedWriteHalf, shared: &Shared, id: RunId) -> anyhow::Result<()> {
+    let reply = match stored_end(shared, &id).await? {
+        Some((status, reason)) => Reply::Ended { run: id, status, reason },
+        None => Reply::Error { message: format!("run {id} vanished") },
+    };
+    Ok(write_frame_async(wr, &reply).await?)
+}
+
+/// The run's final status and reason as the store has them; None for no such run.
+async fn stored_end(shared: &Shared, id: &RunId) -> anyhow::Result<Option<(crate::store::RunStatus, String)>> {
     let store = shared.store.clone();
-    let id2 = id.clone();
-    let record = tokio::task::spawn_blocking(move || store.get_run(&id2)).await??;
-    match record {
-        Some(r) => write_frame_async(wr, &Reply::Ended { run: id, status: r.status, reason: r.reason }).await?,
-        None => write_frame_async(wr, &Reply::Error { message: format!("run {id} vanished") }).await?,
-    }
-    Ok(())
+    let id = id.clone();
+    let record = tokio::task::spawn_blocking(move || store.get_run(&id)).await??;
+    Ok(record.map(|r| (r.status, r.reason)))
 }
 
 /// Streams a live run's durable frame batches until it ends.
