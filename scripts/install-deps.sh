@@ -20,9 +20,22 @@ have ip || need+=(iproute2)
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
 # The SSH fan-out benchmark's reference (make bench-fanout).
 have pdsh || need+=(pdsh)
+# The Slurm placement's tests run a real Slurm (controller, fake nodes on loopback, munge);
+# without recommends: the metapackage's 43 plugin packages are not needed.
+slurm=()
+have slurmctld || slurm+=(slurmctld)
+have slurmd || slurm+=(slurmd)
+have sbatch || slurm+=(slurm-client)
+have munged || slurm+=(munge)
 if [ ${#need[@]} -gt 0 ]; then
   echo "install-deps: installing ${need[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq >&2
   apt-get install -y -qq "${need[@]}" >&2
+fi
+if [ ${#slurm[@]} -gt 0 ]; then
+  echo "install-deps: installing ${slurm[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  [ ${#need[@]} -gt 0 ] || apt-get update -qq >&2
+  apt-get install -y -qq --no-install-recommends "${slurm[@]}" >&2
 fi

@@ -5,8 +5,9 @@
 //!
 //! - `cli` (the command line) and `ui` (the cockpit): clients of the server, through `client`.
 //! - `server`: one per database; launches runs over a placement (`server/placement.rs`: local
-//!   or SSH), folds their frames into the history, serves clients.
-//! - `ssh` (hosts, trust, deploy, the all-or-nothing launch) and `agent` (one per node: ranks,
+//!   SSH or Slurm), folds their frames into the history, serves clients.
+//! - `ssh` (hosts, trust, deploy, the all-or-nothing launch), `slurm` (the allocation, the
+//!   agent steps, and the agent's start on a compute node) and `agent` (one per node: ranks,
 //!   telemetry, the outbox); `worker` (the tch ranks) over `collective` (ring, NCCL, recorder).
 //! - `analysis` (hang and straggler verdicts) and `fold` (frames into state and events, the one
 //!   fold the server and the cockpit share): pure.
@@ -35,6 +36,7 @@ pub mod recipe;
 pub mod record;
 pub mod report;
 pub mod server;
+pub mod slurm;
 pub mod ssh;
 pub mod store;
 pub mod sync;

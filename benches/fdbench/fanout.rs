@@ -16,7 +16,7 @@ pub fn main(config_path: &Path, hosts: &[String], command: &str) -> anyhow::Resu
     };
     let t0 = Instant::now();
     let results = fanout::each(hosts.len(), |i| -> Result<String, String> {
-        let target = config::resolve_with(&hosts[i], Some((&text, config_path)), &config::SshContext::from_env())
+        let target = config::resolve_with(&hosts[i], Some((&text, config_path)), &config::ClientEnv::from_env())
             .map_err(|e| e.to_string())?;
         let node = session::connect(&target, &limits).map_err(|e| e.to_string())?;
         node.check("bench command", command, None).map_err(|e| e.to_string())

@@ -1,42 +1,36 @@
 //! The agent's upstream link: one server connection at a time, handshake, replay, acks, commands.
+//! A server reaches it on the agent socket or, when the agent listens on TCP, on its port.
 use super::{outbox, Input};
+use crate::collective::auth::Gate;
 use crate::ids::RunId;
+use crate::protocol::tcp_link::LinkStream;
 use crate::protocol::{read_frame_async, write_frame_async, AgentCommand, Hello, Role, PROTOCOL_VERSION};
 use crate::sync::lock;
 use std::sync::{Arc, Mutex};
-use tokio::net::{UnixListener, UnixStream};
+use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{mpsc, watch, Notify};
 
-/// Accepts server connections forever; a new connection replaces the old one (a restarted
-/// server), which is how reattaching works.
+/// Accepts server connections forever, on the agent socket and (under Slurm) the agent's TCP
+/// port; a new connection replaces the old one (a restarted server), which is how reattaching
+/// works.
 pub async fn serve(
     listener: UnixListener,
+    tcp: Option<(TcpListener, Gate)>,
     outbox: Arc<Mutex<outbox::Outbox>>,
     newest: watch::Receiver<u64>,
     acked: Arc<Notify>,
     tx: mpsc::Sender<Input>,
     run: RunId,
 ) {
+    let (accepted_tx, mut accepted) = mpsc::channel::<LinkStream>(4);
+    tokio::spawn(accept_unix(listener, accepted_tx.clone(), tx.clone()));
+    if let Some((listener, gate)) = tcp {
+        tokio::spawn(accept_tcp(listener, gate, accepted_tx));
+    } else {
+        drop(accepted_tx);
+    }
     let mut current: Option<tokio::task::JoinHandle<()>> = None;
-    let mut refused = 0;
-    loop {
-        let stream = match listener.accept().await {
-            Ok((s, _)) => match crate::private_files::check_peer(&s) {
-                Ok(()) => s,
-                Err(who) => {
-                    // Never taken for a server: a new connection would replace the real one.
-                    refused += 1;
-                    tracing::warn!("refused a connection to the agent socket: {who}");
-                    let refusal = who.refusal("agent socket", refused);
-                    let _ = tx.send(Input::Event(crate::protocol::AgentEvent::Refused(refusal))).await;
-                    continue;
-                }
-            },
-            Err(e) => {
-                tracing::warn!("accept on the agent socket: {e}");
-                continue;
-            }
-        };
+    while let Some(stream) = accepted.recv().await {
         if let Some(old) = current.take() {
             old.abort();
         }
@@ -50,6 +44,48 @@ pub async fn serve(
     }
 }
 
+/// The agent socket: only this user (or root) may take the link.
+async fn accept_unix(listener: UnixListener, accepted: mpsc::Sender<LinkStream>, tx: mpsc::Sender<Input>) {
+    let mut refused = 0;
+    loop {
+        match listener.accept().await {
+            Ok((s, _)) => match crate::private_files::check_peer(&s) {
+                Ok(()) => {
+                    if accepted.send(Box::new(s)).await.is_err() {
+                        return;
+                    }
+                }
+                Err(who) => {
+                    // Never taken for a server: a new connection would replace the real one.
+                    refused += 1;
+                    tracing::warn!("refused a connection to the agent socket: {who}");
+                    let refusal = who.refusal("agent socket", refused);
+                    let _ = tx.send(Input::Event(crate::protocol::AgentEvent::Refused(refusal))).await;
+                }
+            },
+            Err(e) => tracing::warn!("accept on the agent socket: {e}"),
+        }
+    }
+}
+
+/// The agent's TCP port: only a peer that proves the run's secret may take the link.
+async fn accept_tcp(listener: TcpListener, gate: Gate, accepted: mpsc::Sender<LinkStream>) {
+    loop {
+        match listener.accept().await {
+            Ok((s, _)) => {
+                let (gate, accepted) = (gate.clone(), accepted.clone());
+                // Each handshake on its own task: a silent peer holds up nobody else.
+                tokio::spawn(async move {
+                    if let Ok(stream) = crate::protocol::tcp_link::accept(s, gate).await {
+                        let _ = accepted.send(stream).await;
+                    }
+                });
+            }
+            Err(e) => tracing::warn!("accept on the agent port: {e}"),
+        }
+    }
+}
+
 struct Conn {
     outbox: Arc<Mutex<outbox::Outbox>>,
     newest: watch::Receiver<u64>,
@@ -58,8 +94,8 @@ struct Conn {
 }
 
 impl Conn {
-    async fn run(mut self, stream: UnixStream, run: RunId) -> anyhow::Result<()> {
-        let (mut rd, mut wr) = stream.into_split();
+    async fn run(mut self, stream: LinkStream, run: RunId) -> anyhow::Result<()> {
+        let (mut rd, mut wr) = tokio::io::split(stream);
         let hello: Hello = read_frame_async(&mut rd).await?.ok_or_else(|| anyhow::anyhow!("closed before hello"))?;
         write_frame_async(&mut wr, &Hello::new(Role::Agent, "local")).await?;
         if hello.protocol_version != PROTOCOL_VERSION {

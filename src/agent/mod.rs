@@ -78,11 +78,33 @@ async fn run(mut spec: AgentSpec, paths: RunDirPaths) -> anyhow::Result<()> {
     std::fs::create_dir_all(paths.root.join("logs"))?;
     let agent_listener = bind_fresh(&paths.agent_socket())?;
     let telemetry_listener = bind_fresh(&paths.telemetry_socket())?;
+    let tcp = match &spec.listen_tcp {
+        None => None,
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind((addr.as_str(), 0))
+                .await
+                .with_context(|| format!("binding the agent's TCP port on {addr}"))?;
+            let refused = tx.clone();
+            let gate = Gate::new(
+                spec.secret.clone(),
+                // From a blocking handshake thread (`tcp_link::accept`): blocking_send is allowed.
+                Arc::new(move |refusal| {
+                    let _ = refused.blocking_send(Input::Event(AgentEvent::Refused(refusal)));
+                }),
+            );
+            Some((listener, gate))
+        }
+    };
+    let agent_port = match &tcp {
+        Some((l, _)) => Some(l.local_addr()?.port()),
+        None => None,
+    };
 
     let (outbox, notify) = Outbox::shared();
     let acked = Arc::new(tokio::sync::Notify::new());
     tokio::spawn(link::serve(
         agent_listener,
+        tcp,
         outbox.clone(),
         notify.subscribe(),
         acked.clone(),
@@ -116,8 +138,17 @@ async fn run(mut spec: AgentSpec, paths: RunDirPaths) -> anyhow::Result<()> {
     if spec.recipe.command.as_ref().is_some_and(|c| c.instrument) && spec.recipe.kind == crate::recipe::Kind::Command {
         flight::spawn(paths.clone(), pids.clone(), tx.clone());
     }
-    // The launcher waits for this line: the sockets are bound and every rank is started.
-    println!("ready");
+    // The launcher waits for this line: the sockets are bound and every rank is started. An
+    // agent on TCP also says where: the Slurm launcher reads this through srun's output.
+    match agent_port {
+        None => println!("ready"),
+        Some(port) => println!(
+            "ready node={} agent_port={port} store_port={} program_port={}",
+            spec.node, spec.master_port, spec.program_port
+        ),
+    }
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
 
     loop {
         let input = inputs.next(owner.ended()).await;

@@ -44,6 +44,18 @@ pub async fn spawn(
         .env("MASTER_ADDR", &spec.master_addr)
         .env("MASTER_PORT", spec.program_port.to_string())
         .env("TORCHELASTIC_RUN_ID", spec.run.as_str());
+    if std::env::var_os("SLURM_JOB_ID").is_some() {
+        // Under Slurm the agent is the step's one task per node; a rank inherits that task's
+        // SLURM_PROCID and SLURM_NTASKS, which Slurm-aware code (Lightning, submitit) reads
+        // as its own rank and world: they are made this rank's.
+        cmd.env("SLURM_PROCID", rank.0.to_string())
+            .env("SLURM_LOCALID", local_rank.to_string())
+            .env("SLURM_NTASKS", spec.world_size.to_string())
+            .env("SLURM_NPROCS", spec.world_size.to_string())
+            .env("SLURM_NODEID", spec.node_rank().to_string())
+            .env("SLURM_NNODES", spec.nodes().to_string())
+            .env("SLURM_NTASKS_PER_NODE", spec.recipe.cluster.ranks_per_node.to_string());
+    }
     prepare(&mut cmd, spec, paths, rank);
     let mut child = cmd.spawn().with_context(|| format!("starting rank {rank} ({})", spec.exe.display()))?;
     let pid = child.id().unwrap_or(0);

@@ -19,6 +19,7 @@ fn spec(argv: &str, ranks: &[(u32, u32)], world: u32) -> AgentSpec {
         resume_from: None,
         init_from: None,
         secret: crate::collective::auth::RunSecret::generate().expect("secret"),
+        listen_tcp: None,
     }
 }
 

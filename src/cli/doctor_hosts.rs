@@ -80,7 +80,7 @@ fn check_host(spec: &str, cluster: &ClusterSsh, limits: &Limits) -> Vec<Cell> {
     let target = match config::resolve(
         spec,
         cluster.ssh_config.as_deref().map(std::path::Path::new),
-        &config::SshContext::from_env(),
+        &config::ClientEnv::from_env(),
     ) {
         Ok(t) => t,
         Err(e) => {

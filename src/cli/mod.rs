@@ -201,12 +201,15 @@ pub enum AgentAction {
         #[arg(long)]
         run_dir: PathBuf,
     },
+    /// Run a node's agent as a Slurm step's task (started by the Slurm launcher through srun).
+    Slurm,
 }
 
 fn agent(args: AgentArgs) -> anyhow::Result<i32> {
     match (args.action, args.run_dir) {
         (Some(AgentAction::Start { run_dir }), _) => crate::agent::remote::start(run_dir),
         (Some(AgentAction::Connect { run_dir }), _) => crate::agent::remote::connect(run_dir),
+        (Some(AgentAction::Slurm), _) => crate::slurm::node::main().map(|_| 0),
         (None, Some(run_dir)) => crate::agent::main(run_dir).map(|_| 0),
         (None, None) => anyhow::bail!("flightdeck agent needs --run-dir DIR (it is started by launchers)"),
     }

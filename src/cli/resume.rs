@@ -38,8 +38,8 @@ pub async fn resume(db: &DbPaths, args: ResumeArgs) -> anyhow::Result<i32> {
             }
         }
     };
-    let ssh = crate::protocol::spec::SshContext::from_env();
-    let req = Request::Resume { run: args.run.clone(), step: args.step, recipe_json, name: args.name.clone(), ssh };
+    let env = crate::protocol::spec::ClientEnv::from_env();
+    let req = Request::Resume { run: args.run.clone(), step: args.step, recipe_json, name: args.name.clone(), env };
     let (run, parent, step, path, skipped) = match client.request(&req).await? {
         Reply::Resumed { run, parent, step, path, skipped } => (run, parent, step, path, skipped),
         Reply::Error { message } => {

@@ -72,7 +72,7 @@ pub async fn run(db: &DbPaths, args: RunArgs) -> anyhow::Result<i32> {
         recipe_json,
         recipe_path: args.recipe.display().to_string(),
         name: args.name.clone(),
-        ssh: crate::protocol::spec::SshContext::from_env(),
+        env: crate::protocol::spec::ClientEnv::from_env(),
     };
     client.send(&req).await?;
     // SSH launches report each host's progress before the run id.

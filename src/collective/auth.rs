@@ -152,6 +152,8 @@ fn fill_random(bytes: &mut [u8]) -> io::Result<()> {
 pub enum Purpose {
     Store,
     Ring,
+    /// A server's link to an agent that listens on TCP (the Slurm placement).
+    Agent,
 }
 
 impl Purpose {
@@ -159,6 +161,7 @@ impl Purpose {
         match self {
             Purpose::Store => b"store",
             Purpose::Ring => b"ring",
+            Purpose::Agent => b"agent",
         }
     }
 }

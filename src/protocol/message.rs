@@ -4,7 +4,7 @@ pub use crate::record::{signal_name, CollectiveOp, CollectiveRecord, CollectiveS
 use serde::{Deserialize, Serialize};
 
 /// Bumped on any change to these types; peers with another version are refused.
-pub const PROTOCOL_VERSION: u32 = 10;
+pub const PROTOCOL_VERSION: u32 = 11;
 
 /// The first frame on every connection, in both directions.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -367,9 +367,9 @@ pub enum Request {
         recipe_json: String,
         recipe_path: String,
         name: Option<String>,
-        /// The client's SSH environment: an SSH launch resolves hosts, keys and known_hosts in
-        /// it, not in the server's (which may be an earlier login's).
-        ssh: super::spec::SshContext,
+        /// The client's environment: an SSH launch resolves hosts, keys and known_hosts in it,
+        /// a Slurm launch runs Slurm's commands in it; not in the server's (an earlier login's).
+        env: super::spec::ClientEnv,
     },
     ListRuns,
     ShowRun {
@@ -420,7 +420,7 @@ pub enum Request {
         step: Option<u64>,
         recipe_json: Option<String>,
         name: Option<String>,
-        ssh: super::spec::SshContext,
+        env: super::spec::ClientEnv,
     },
     /// Dump the stacks of a live run's ranks (all, or `rank`), grouped (`Reply::Stacks`).
     Stacks {

@@ -3,6 +3,7 @@ pub mod frame;
 pub mod message;
 pub mod spec;
 pub mod stacks;
+pub mod tcp_link;
 
 pub use frame::{read_frame, read_frame_async, write_frame, write_frame_async, Decoder, FrameError};
 pub use message::*;

@@ -53,6 +53,10 @@ pub struct AgentSpec {
     /// The run's secret: every TCP connection of the run proves it (`collective::auth`). This
     /// file is owner-only, and travels over the SSH channel, never on a command line.
     pub secret: crate::collective::auth::RunSecret,
+    /// Listen on TCP at this address too (port chosen by the kernel, told in the ready line):
+    /// the Slurm placement, whose server reaches agents over the cluster network.
+    #[serde(default)]
+    pub listen_tcp: Option<String>,
 }
 
 impl AgentSpec {
@@ -73,27 +77,39 @@ fn default_save_grace_ms() -> u64 {
     SAVE_GRACE_MS
 }
 
-/// The SSH environment of the client that asks for a launch: the server acts in it, not in its
-/// own (a server started from an earlier login would otherwise use a dead ssh-agent socket, and
-/// ignore the asking client's `HOME` and `FLIGHTDECK_SSH_CONFIG`).
+/// The environment of the client that asks for a launch: the server acts in it, not in its own
+/// (a server started from an earlier login would otherwise use a dead ssh-agent socket, ignore
+/// the asking client's `HOME` and `FLIGHTDECK_SSH_CONFIG`, or another cluster's `slurm.conf`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct SshContext {
+pub struct ClientEnv {
     /// The client's home: `~` in the config, the default config, keys and known_hosts.
     pub home: Option<PathBuf>,
     /// The config file the client names (`$FLIGHTDECK_SSH_CONFIG`); None: `~/.ssh/config`.
     pub config: Option<PathBuf>,
     /// The client's ssh-agent (`$SSH_AUTH_SOCK`).
     pub agent_socket: Option<PathBuf>,
+    /// `$SLURM_CONF`: the Slurm the client uses; None: Slurm's own default.
+    #[serde(default)]
+    pub slurm_conf: Option<PathBuf>,
+    /// `$SLURM_JOB_ID`: the allocation the client runs inside (`salloc`), if any.
+    #[serde(default)]
+    pub slurm_job: Option<String>,
 }
 
-impl SshContext {
+impl ClientEnv {
     /// The environment variable naming the config file to use instead of `~/.ssh/config`.
     pub const CONFIG_ENV: &'static str = "FLIGHTDECK_SSH_CONFIG";
 
-    /// This process's SSH environment.
-    pub fn from_env() -> SshContext {
+    /// This process's environment.
+    pub fn from_env() -> ClientEnv {
         let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
-        SshContext { home: var("HOME"), config: var(Self::CONFIG_ENV), agent_socket: var("SSH_AUTH_SOCK") }
+        ClientEnv {
+            home: var("HOME"),
+            config: var(Self::CONFIG_ENV),
+            agent_socket: var("SSH_AUTH_SOCK"),
+            slurm_conf: var("SLURM_CONF"),
+            slurm_job: std::env::var("SLURM_JOB_ID").ok().filter(|v| !v.is_empty()),
+        }
     }
 
     /// The home directory to resolve `~` against (`/` when none is known, as OpenSSH does).

@@ -124,7 +124,63 @@ pub struct Cluster {
     /// How SSH hosts are reached and laid out (unused by `local`).
     #[serde(default)]
     pub ssh: ClusterSsh,
+    /// Who starts the agents: the hosts themselves (this machine, or SSH), or Slurm.
+    #[serde(default)]
+    pub launcher: ClusterLauncher,
+    /// The Slurm side of `[cluster]` (used when `launcher` is Slurm).
+    #[serde(default)]
+    pub slurm: ClusterSlurm,
 }
+
+/// `cluster.launcher`: who starts a run's agents.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClusterLauncher {
+    /// `cluster.hosts` decides: `local` is this machine, anything else an SSH destination.
+    #[default]
+    Hosts,
+    /// Slurm: an allocation (`sbatch`, or an existing job), one agent per node by `srun`.
+    Slurm,
+}
+
+/// The Slurm side of `[cluster]` (flat keys in the recipe: `cluster.nodes`, ...).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClusterSlurm {
+    /// Nodes to allocate; ranks are `nodes × ranks_per_node`.
+    pub nodes: u32,
+    pub partition: Option<String>,
+    /// The allocation's limit as Slurm writes it (`--time`); None: the partition's default.
+    pub time_limit: Option<String>,
+    /// The same limit in seconds, parsed (None: no limit given).
+    pub time_limit_s: Option<u64>,
+    pub account: Option<String>,
+    /// Anything else for `sbatch`, passed as given (e.g. `["--gres=gpu:8", "--exclusive"]`).
+    pub sbatch_args: Vec<String>,
+    /// An existing allocation to run in (`$SLURM_JOB_ID` inside `salloc`); None: `sbatch` one.
+    pub slurm_job: Option<String>,
+    /// The time-limit warning: Slurm signals this long before the limit, and the run stops at a
+    /// step boundary with a checkpoint.
+    pub grace_s: u64,
+}
+
+impl Default for ClusterSlurm {
+    fn default() -> Self {
+        ClusterSlurm {
+            nodes: 1,
+            partition: None,
+            time_limit: None,
+            time_limit_s: None,
+            account: None,
+            sbatch_args: Vec::new(),
+            slurm_job: None,
+            grace_s: DEFAULT_GRACE_S,
+        }
+    }
+}
+
+/// Slurm's warning may come up to 60 s early (its man page); 300 s covers a step, a save of a
+/// large model and that slack.
+pub const DEFAULT_GRACE_S: u64 = 300;
 
 /// The SSH side of `[cluster]` (flat keys in the recipe: `cluster.remote_dir`, ...).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -361,6 +417,8 @@ impl Recovery {
             crate::record::Cause::Crash => self.crash,
             crate::record::Cause::Hang => self.hang,
             crate::record::Cause::NodeLost => self.node_lost,
+            // Not a failure: only the lineage's whole budget bounds it.
+            crate::record::Cause::TimeLimit => self.max_restarts,
         }
     }
 }
@@ -490,7 +548,21 @@ impl Recipe {
 
     /// True when every host is the embedded local runtime.
     pub fn is_local(&self) -> bool {
-        self.cluster.hosts.iter().all(|h| h == "local")
+        self.cluster.launcher == ClusterLauncher::Hosts && self.cluster.hosts.iter().all(|h| h == "local")
+    }
+
+    pub fn is_slurm(&self) -> bool {
+        self.cluster.launcher == ClusterLauncher::Slurm
+    }
+}
+
+impl Cluster {
+    /// How many nodes the run may use: its hosts, or the Slurm nodes it allocates.
+    pub fn node_count(&self) -> u32 {
+        match self.launcher {
+            ClusterLauncher::Hosts => self.hosts.len() as u32,
+            ClusterLauncher::Slurm => self.slurm.nodes,
+        }
     }
 }
 

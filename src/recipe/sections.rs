@@ -73,7 +73,7 @@ impl Check<'_> {
     }
 
     pub(super) fn parallel(&self, raw: RawParallel, cluster: &Cluster) -> R<Parallel> {
-        let hosts = cluster.hosts.len() as u64;
+        let hosts = u64::from(cluster.node_count());
         let slots = hosts * u64::from(cluster.ranks_per_node);
         let data = match raw.data {
             Some(v) => self.int_in("parallel.data", v, 1, MAX_U32)? as u32,
@@ -90,13 +90,22 @@ impl Check<'_> {
             })?,
         };
         if u64::from(data) > slots {
-            return Err(self.invalid("parallel.data", format!(
-                "{} is larger than the {slots} rank slots: {hosts} host{} (cluster.hosts) times cluster.ranks_per_node = {}; \
-                 choose parallel.data from 1 to {slots}, or add hosts, or raise cluster.ranks_per_node",
-                self.ctx.show("parallel.data", data),
-                if hosts == 1 { "" } else { "s" },
-                cluster.ranks_per_node
-            )));
+            return Err(self.invalid(
+                "parallel.data",
+                format!(
+                    "{} is larger than the {slots} rank slots: {hosts} {} times cluster.ranks_per_node = {}; \
+                 choose parallel.data from 1 to {slots}, or add {}, or raise cluster.ranks_per_node",
+                    self.ctx.show("parallel.data", data),
+                    match (cluster.launcher, hosts) {
+                        (ClusterLauncher::Slurm, 1) => "node (cluster.nodes)",
+                        (ClusterLauncher::Slurm, _) => "nodes (cluster.nodes)",
+                        (ClusterLauncher::Hosts, 1) => "host (cluster.hosts)",
+                        (ClusterLauncher::Hosts, _) => "hosts (cluster.hosts)",
+                    },
+                    cluster.ranks_per_node,
+                    if cluster.launcher == ClusterLauncher::Slurm { "nodes" } else { "hosts" }
+                ),
+            ));
         }
         for (key, v) in [("parallel.tensor", raw.tensor), ("parallel.pipeline", raw.pipeline)] {
             if let Some(v) = v.filter(|v| *v != 1) {
@@ -273,8 +282,37 @@ impl Check<'_> {
     }
 
     pub(super) fn cluster(&self, raw: RawCluster) -> R<Cluster> {
+        let launcher = self.choice(
+            "cluster.launcher",
+            raw.launcher.clone(),
+            ClusterLauncher::Hosts,
+            &[("hosts", ClusterLauncher::Hosts), ("slurm", ClusterLauncher::Slurm)],
+        )?;
+        let slurm = self.cluster_slurm(&raw, launcher)?;
         // Checked after the hosts (whose errors come first), before `raw` is taken apart.
         let ssh = self.cluster_ssh(&raw);
+        if launcher == ClusterLauncher::Slurm {
+            // `hosts = ["local"]` is the default every shipped recipe spells out: a launch with
+            // `--set cluster.launcher=slurm` leaves it, and it names no node Slurm could clash with.
+            if let Some(hosts) = raw.hosts.as_ref().filter(|h| h.as_slice() != ["local"]) {
+                return Err(self.invalid(
+                    "cluster.hosts",
+                    format!(
+                        "{} and cluster.launcher = \"slurm\" exclude each other: Slurm picks the nodes; \
+                         remove cluster.hosts and give the node count as cluster.nodes",
+                        self.ctx.show("cluster.hosts", format!("{hosts:?}"))
+                    ),
+                ));
+            }
+            let rpn = self.int_in("cluster.ranks_per_node", raw.ranks_per_node.unwrap_or(1), 1, MAX_U32)? as u32;
+            let device = self.choice(
+                "cluster.device",
+                raw.device,
+                Device::Cpu,
+                &[("cpu", Device::Cpu), ("cuda", Device::Cuda)],
+            )?;
+            return Ok(Cluster { hosts: Vec::new(), ranks_per_node: rpn, device, ssh: ssh?, launcher, slurm });
+        }
         let hosts = raw.hosts.unwrap_or_else(|| vec!["local".to_string()]);
         let forms = r#"hosts are "local" or SSH destinations like "node-a" or "user@node-b:2222""#;
         if hosts.is_empty() {
@@ -303,7 +341,100 @@ impl Check<'_> {
         let device =
             self.choice("cluster.device", raw.device, Device::Cpu, &[("cpu", Device::Cpu), ("cuda", Device::Cuda)])?;
         let ssh = ssh?;
-        Ok(Cluster { hosts, ranks_per_node: rpn, device, ssh })
+        Ok(Cluster { hosts, ranks_per_node: rpn, device, ssh, launcher, slurm })
+    }
+
+    /// `cluster.nodes`, `partition`, `time_limit`, `account`, `sbatch_args`, `slurm_job` and
+    /// `grace_s`: only with `launcher = "slurm"` (elsewhere they would be silently ignored).
+    fn cluster_slurm(&self, raw: &RawCluster, launcher: ClusterLauncher) -> R<ClusterSlurm> {
+        let given = [
+            ("cluster.nodes", raw.nodes.is_some()),
+            ("cluster.partition", raw.partition.is_some()),
+            ("cluster.time_limit", raw.time_limit.is_some()),
+            ("cluster.account", raw.account.is_some()),
+            ("cluster.sbatch_args", raw.sbatch_args.is_some()),
+            ("cluster.slurm_job", raw.slurm_job.is_some()),
+            ("cluster.grace_s", raw.grace_s.is_some()),
+        ];
+        if launcher != ClusterLauncher::Slurm {
+            if let Some((key, _)) = given.iter().find(|(_, set)| *set) {
+                return Err(self.invalid(
+                    key,
+                    format!("{key} is a Slurm setting; add cluster.launcher = \"slurm\", or remove {key}"),
+                ));
+            }
+            return Ok(ClusterSlurm::default());
+        }
+        let d = ClusterSlurm::default();
+        // Each of these reaches sbatch's command line as one argument: no control characters.
+        let word = |key: &str, v: &Option<String>, example: &str| -> R<Option<String>> {
+            match v {
+                Some(w) if w.trim().is_empty() || w.chars().any(|c| c.is_control() || c.is_whitespace()) => Err(self
+                    .invalid(
+                        key,
+                        format!(
+                            "{} is empty or contains a space or control character; e.g. {example}",
+                            self.ctx.show(key, format!("{w:?}"))
+                        ),
+                    )),
+                other => Ok(other.clone()),
+            }
+        };
+        let nodes = self.int_in("cluster.nodes", raw.nodes.unwrap_or(1), 1, 65_536)? as u32;
+        let partition = word("cluster.partition", &raw.partition, r#"partition = "gpu""#)?;
+        let account = word("cluster.account", &raw.account, r#"account = "my-project""#)?;
+        let time_limit = word("cluster.time_limit", &raw.time_limit, r#"time_limit = "4:00:00""#)?;
+        let time_limit_s = match &time_limit {
+            None => None,
+            Some(t) => Some(slurm_time_s(t).ok_or_else(|| {
+                self.invalid(
+                    "cluster.time_limit",
+                    format!(
+                        "{} is not a Slurm time; valid forms: \"MINUTES\", \"MINUTES:SECONDS\", \"HOURS:MINUTES:SECONDS\", \
+                         \"DAYS-HOURS\", \"DAYS-HOURS:MINUTES\", \"DAYS-HOURS:MINUTES:SECONDS\" (e.g. \"4:00:00\")",
+                        self.ctx.show("cluster.time_limit", format!("{t:?}"))
+                    ),
+                )
+            })?),
+        };
+        let grace_s = self.int_in("cluster.grace_s", raw.grace_s.unwrap_or(d.grace_s as i64), 0, 86_400)? as u64;
+        if let Some(limit) = time_limit_s.filter(|limit| grace_s >= *limit) {
+            return Err(self.invalid(
+                "cluster.grace_s",
+                format!(
+                    "{} is not shorter than cluster.time_limit ({limit} s): the run would be told to stop as it starts; \
+                     choose a grace below {limit}, or a longer time_limit",
+                    self.ctx.show("cluster.grace_s", grace_s)
+                ),
+            ));
+        }
+        let sbatch_args = raw.sbatch_args.clone().unwrap_or_default();
+        for (i, arg) in sbatch_args.iter().enumerate() {
+            let key = format!("cluster.sbatch_args[{i}]");
+            if !arg.starts_with('-') || arg.chars().any(char::is_control) {
+                return Err(self.invalid(
+                    "cluster.sbatch_args",
+                    format!(
+                        "{} is not an sbatch option; give each option as one string starting with '-', \
+                         e.g. sbatch_args = [\"--gres=gpu:8\", \"--exclusive\"]",
+                        self.ctx.show(&key, format!("{arg:?}"))
+                    ),
+                ));
+            }
+        }
+        let slurm_job = match &raw.slurm_job {
+            Some(j) if j.is_empty() || !j.bytes().all(|b| b.is_ascii_digit()) => {
+                return Err(self.invalid(
+                    "cluster.slurm_job",
+                    format!(
+                        "{} is not a Slurm job id; give the allocation's number (squeue's JOBID), e.g. slurm_job = \"4711\"",
+                        self.ctx.show("cluster.slurm_job", format!("{j:?}"))
+                    ),
+                ))
+            }
+            other => other.clone(),
+        };
+        Ok(ClusterSlurm { nodes, partition, time_limit, time_limit_s, account, sbatch_args, slurm_job, grace_s })
     }
 
     fn cluster_ssh(&self, raw: &RawCluster) -> R<ClusterSsh> {
@@ -471,4 +602,27 @@ fn host_problem(host: &str) -> Option<String> {
         Some(Ok(0) | Err(_)) => Some("has a port that is not a number from 1 to 65535".to_string()),
         _ => None,
     }
+}
+
+/// Seconds in a Slurm time (`--time`): "M", "M:S", "H:M:S", "D-H", "D-H:M", "D-H:M:S"; None
+/// for anything else (and for 0, which is no limit to plan a warning before).
+pub fn slurm_time_s(text: &str) -> Option<u64> {
+    let num = |s: &str| -> Option<u64> {
+        (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())).then(|| s.parse().ok()).flatten()
+    };
+    let (days, rest) = match text.split_once('-') {
+        Some((d, rest)) => (Some(num(d)?), rest),
+        None => (None, text),
+    };
+    let parts: Vec<u64> = rest.split(':').map(num).collect::<Option<_>>()?;
+    let secs = match (days, parts.as_slice()) {
+        (None, [m]) => m * 60,
+        (None, [m, s]) => m * 60 + s,
+        (None, [h, m, s]) => h * 3600 + m * 60 + s,
+        (Some(d), [h]) => d * 86_400 + h * 3600,
+        (Some(d), [h, m]) => d * 86_400 + h * 3600 + m * 60,
+        (Some(d), [h, m, s]) => d * 86_400 + h * 3600 + m * 60 + s,
+        _ => return None,
+    };
+    (secs > 0).then_some(secs)
 }

@@ -99,6 +99,9 @@ pub enum Cause {
     Hang,
     /// A node's agent was lost.
     NodeLost,
+    /// The allocation's time limit came (Slurm's warning): the run stopped with a checkpoint
+    /// and continues in a new allocation.
+    TimeLimit,
 }
 
 impl Cause {
@@ -107,6 +110,7 @@ impl Cause {
             Cause::Crash => "crash",
             Cause::Hang => "hang",
             Cause::NodeLost => "node_lost",
+            Cause::TimeLimit => "time_limit",
         }
     }
 }

@@ -30,7 +30,10 @@ pub async fn resolve(shared: &Shared, recipe: &Recipe) -> anyhow::Result<Option<
             let parent_recipe: Recipe = serde_json::from_str(&parent.recipe_json).with_context(|| {
                 format!("init.from: run {}'s stored recipe cannot be read by this flightdeck", parent.id)
             })?;
-            let root = checkpoints::root_of(&shared.db.run_dir(&parent.id), &parent_recipe.checkpoint.dir);
+            let root = checkpoints::root_of(
+                &super::placement::rank0_dir(&shared.db, &parent.id),
+                &parent_recipe.checkpoint.dir,
+            );
             let step = *step;
             let chosen =
                 tokio::task::spawn_blocking(move || checkpoints::choose(&root, step)).await?.map_err(|e| match e {

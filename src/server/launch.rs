@@ -5,7 +5,7 @@ use super::placement::{Placement, Progress, StartFrom};
 use super::tracker::Tracker;
 use super::Shared;
 use crate::ids::{unix_ms, RunId};
-use crate::protocol::spec::SshContext;
+use crate::protocol::spec::ClientEnv;
 use crate::recipe::Recipe;
 use crate::store::{Batch, EventKind, EventRecord, InitPoint, Lineage, RunMeta, RunRecord, RunStatus};
 use anyhow::Context;
@@ -21,7 +21,7 @@ pub struct LaunchRequest {
     /// `[init] from`, resolved (`server::init`): the weights the run starts from.
     pub init: Option<InitPoint>,
     /// The asking client's SSH environment, for SSH placements.
-    pub ssh: SshContext,
+    pub env: ClientEnv,
 }
 
 pub async fn launch(shared: &Shared, req: LaunchRequest, progress: Progress) -> anyhow::Result<RunId> {
@@ -40,7 +40,7 @@ pub async fn launch(shared: &Shared, req: LaunchRequest, progress: Progress) -> 
         }
     };
     std::fs::write(dir.join("recipe.json"), &req.recipe_json)?;
-    let placement = Placement::of(&recipe, req.ssh.clone());
+    let placement = Placement::of(&recipe, req.env.clone());
     let from = StartFrom {
         resume: req.lineage.as_ref().map(|l| PathBuf::from(&l.from.path)),
         init: req.init.as_ref().map(|i| PathBuf::from(&i.path)),
@@ -104,7 +104,7 @@ pub async fn launch(shared: &Shared, req: LaunchRequest, progress: Progress) -> 
         super::link::attach_nodes(Tracker::new(record.clone(), Vec::new()), transports, Some(dir), shared).await;
     if let Err(e) = attached {
         // Started but unreachable right away: take them down, so nothing is left running anywhere.
-        let left = placement.abandon(started).await;
+        let left = placement.abandon(&run, started).await;
         let mut reason = format!("could not attach after the launch: {e:#}");
         if !left.is_empty() {
             reason.push_str(&format!("; cleanup failed, check by hand: {}", left.join("; ")));
@@ -122,8 +122,7 @@ pub async fn launch(shared: &Shared, req: LaunchRequest, progress: Progress) -> 
 /// do. Only for checkpoints written here (the embedded trainers on local ranks).
 fn checkpoint_room(recipe: &Recipe, run_dir: &std::path::Path) -> Result<Option<String>, String> {
     use crate::store::checkpoints::{estimated_bytes, free_bytes, room, root_of};
-    let local = recipe.cluster.hosts.iter().all(|h| h == "local");
-    if recipe.kind == crate::recipe::Kind::Command || !local {
+    if recipe.kind == crate::recipe::Kind::Command || !recipe.is_local() {
         return Ok(None);
     }
     let root = root_of(run_dir, &recipe.checkpoint.dir);

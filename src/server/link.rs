@@ -38,6 +38,7 @@ pub async fn attach_nodes(
     shared: &Shared,
 ) -> anyhow::Result<()> {
     let (ingest, registry, shared) = (shared.ingest.clone(), shared.registry.clone(), shared.clone());
+    let db = shared.db.clone();
     let recovery = super::recovery::settings(&tracker.state.record);
     let run = tracker.state.record.id.clone();
     let after: Vec<u64> =
@@ -68,6 +69,22 @@ pub async fn attach_nodes(
     let (stacks_tx, stacks_rx) = mpsc::channel::<StackAsk>(8);
     let (view_tx, view_rx) = watch::channel(RunView { progress: tracker.progress(), ended: None });
     let (frames_out, _) = tokio::sync::broadcast::channel(WATCH_BACKLOG);
+    let time_limited = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    match super::placement::slurm_nodes(&db, &run) {
+        Ok(Some(nodes)) => {
+            let watch = super::slurm_watch::Watch {
+                nodes,
+                run: run.clone(),
+                commands: cmd_tx.clone(),
+                view: view_rx.clone(),
+                ingest: ingest.clone(),
+                time_limited: time_limited.clone(),
+            };
+            tokio::spawn(watch.run());
+        }
+        Ok(None) => {}
+        Err(e) => tracing::warn!("run {run}: {e:#}"),
+    }
     let live = Live { commands: cmd_tx, view: view_rx, frames: frames_out.clone(), stacks: stacks_tx };
     lock(&registry).insert(run.clone(), live);
     tokio::spawn(async move {
@@ -86,15 +103,35 @@ pub async fn attach_nodes(
             recovery,
             hang_kill_at: None,
             killed_for_hang: false,
+            time_limited,
             taken_up: false,
         };
         if let Err(e) = link.run(in_rx, cmd_rx, stacks_rx).await {
             tracing::warn!("run {run}: link failed: {e}");
         }
+        release_slurm(&db, &run).await;
         ingest.close_run(run.clone()).await;
         lock(&registry).remove(&run);
     });
     Ok(())
+}
+
+/// A Slurm run's nodes go back once it has ended: its own job is cancelled (nothing of the run
+/// is left on them), or its steps in the user's allocation.
+async fn release_slurm(db: &crate::paths::DbPaths, run: &crate::ids::RunId) {
+    let nodes = match super::placement::slurm_nodes(db, run) {
+        Ok(Some(nodes)) => nodes,
+        Ok(None) => return,
+        Err(e) => {
+            tracing::warn!("run {run}: {e:#}");
+            return;
+        }
+    };
+    let run = run.clone();
+    let left = tokio::task::spawn_blocking(move || super::placement::release(&nodes, &run, true)).await;
+    for problem in left.unwrap_or_default() {
+        tracing::warn!("releasing the Slurm allocation: {problem}");
+    }
 }
 
 struct Node {
@@ -134,6 +171,8 @@ struct Link {
     /// A hung run recovery will kill: when, at the latest (sooner once its stacks are in).
     hang_kill_at: Option<tokio::time::Instant>,
     killed_for_hang: bool,
+    /// Set by the Slurm watch when it stopped the run on the time-limit warning.
+    time_limited: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// Whether the run's end was handed to recovery (once).
     taken_up: bool,
 }
@@ -237,7 +276,10 @@ impl Link {
             if multi {
                 // One node's end is not the run's: it ends when every node has.
                 let text = format!("{}: {} ({reason})", node.host, crate::fold::status_of(*outcome).name());
-                if *outcome != RunOutcome::Succeeded {
+                // A failed node takes the others down at once (no rank holds the allocation
+                // waiting for it); a stopped one does not: the others are stopping at the same
+                // step boundary, and a kill now would cut their checkpoint short.
+                if !matches!(*outcome, RunOutcome::Succeeded | RunOutcome::Stopped) {
                     self.command_others(k, AgentCommand::Kill);
                 }
                 f.event = AgentEvent::Notice { text };
@@ -324,7 +366,8 @@ impl Link {
         let Some(recovery) = self.recovery.clone().filter(|_| !self.taken_up) else { return };
         self.taken_up = true;
         let record = self.tracker.state.record.clone();
-        if let Some(cause) = super::recovery::cause(&record, self.killed_for_hang) {
+        let time_limited = self.time_limited.load(Ordering::SeqCst);
+        if let Some(cause) = super::recovery::cause(&record, self.killed_for_hang, time_limited) {
             super::recovery::take_up(&self.shared, record, cause, recovery);
         }
     }

@@ -11,6 +11,7 @@ mod link;
 mod placement;
 pub(crate) mod recovery;
 mod resume;
+mod slurm_watch;
 pub(crate) mod tracker;
 mod transport;
 

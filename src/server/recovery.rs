@@ -37,12 +37,13 @@ pub enum Outcome {
 pub type Restarts = Arc<Mutex<HashMap<RunId, watch::Receiver<Outcome>>>>;
 
 /// Why `record` ended, as recovery counts it; None for an end nobody should undo (success, a
-/// stop or kill asked by a person).
-pub fn cause(record: &RunRecord, killed_for_hang: bool) -> Option<Cause> {
+/// stop or kill asked by a person). `time_limited`: the server stopped it on Slurm's warning.
+pub fn cause(record: &RunRecord, killed_for_hang: bool, time_limited: bool) -> Option<Cause> {
     if killed_for_hang {
         return Some(Cause::Hang);
     }
     match record.status {
+        RunStatus::Stopped if time_limited => Some(Cause::TimeLimit),
         RunStatus::Failed => Some(Cause::Crash),
         RunStatus::Interrupted => Some(Cause::NodeLost),
         _ => None,
@@ -149,9 +150,15 @@ async fn restart(shared: &Shared, record: &RunRecord, cause: Cause, recovery: &R
     let Some(recipe_json) = child_recipe(record) else {
         return Outcome::NotRestarted("its stored recipe cannot be read by this flightdeck".into());
     };
-    let ssh = Default::default();
+    // The child launches in the environment its parent did: a Slurm parent's `slurm.conf` (and
+    // allocation, when it ran in the user's). SSH runs are not restarted (resume refuses them).
+    let mut env = crate::protocol::spec::ClientEnv::default();
+    if let Ok(Some(nodes)) = super::placement::slurm_nodes(&shared.db, &record.id) {
+        env.slurm_conf = nodes.slurm.conf.clone();
+        env.slurm_job = (!nodes.allocation.owned).then(|| nodes.allocation.job.clone());
+    }
     let id = record.id.to_string();
-    match super::resume::resume(shared, &id, None, Some(recipe_json), None, ssh, None, Some(restart.clone())).await {
+    match super::resume::resume(shared, &id, None, Some(recipe_json), None, env, None, Some(restart.clone())).await {
         Ok(crate::protocol::Reply::Resumed { run, .. }) => Outcome::Restarted { child: run, restart },
         Ok(other) => Outcome::NotRestarted(format!("unexpected reply from the resume: {other:?}")),
         Err(e) => Outcome::NotRestarted(format!("{e:#}")),
@@ -213,7 +220,7 @@ mod tests {
             steps_planned: 10,
         };
         let mut r = RunRecord::starting(RunId::new_now(), meta, vec!["local".into()], vec![], None);
-        let of = |r: &RunRecord, hang| cause(r, hang);
+        let of = |r: &RunRecord, hang| cause(r, hang, false);
         for (status, want) in [
             (RunStatus::Failed, Some(Cause::Crash)),
             (RunStatus::Interrupted, Some(Cause::NodeLost)),
@@ -226,5 +233,9 @@ mod tests {
         }
         r.status = RunStatus::Killed;
         assert_eq!(of(&r, true), Some(Cause::Hang), "killed by recovery for a hang");
+        r.status = RunStatus::Stopped;
+        assert_eq!(cause(&r, false, true), Some(Cause::TimeLimit), "stopped on Slurm's time-limit warning");
+        r.status = RunStatus::Killed;
+        assert_eq!(cause(&r, false, true), None, "killed by a person after the warning");
     }
 }

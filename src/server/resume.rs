@@ -2,7 +2,7 @@
 //! launch path, after checking what a resume may change.
 use super::launch::{launch, LaunchRequest};
 use super::placement::Progress;
-use crate::protocol::spec::SshContext;
+use crate::protocol::spec::ClientEnv;
 use crate::recipe::Recipe;
 use crate::store::checkpoints::ChooseError;
 use crate::store::{Lineage, ResumePoint, RunRecord};
@@ -18,7 +18,7 @@ pub async fn resume(
     step: Option<u64>,
     recipe_json: Option<String>,
     name: Option<String>,
-    ssh: SshContext,
+    env: ClientEnv,
     progress: Progress,
     restart: Option<crate::record::Restart>,
 ) -> anyhow::Result<crate::protocol::Reply> {
@@ -41,15 +41,19 @@ pub async fn resume(
     let child_json = recipe_json.unwrap_or_else(|| parent.recipe_json.clone());
     let child: Recipe =
         serde_json::from_str(&child_json).context("the client sent a recipe this server cannot read")?;
-    let remote = |hosts: &[String]| hosts.iter().any(|h| h != "local");
-    if remote(&parent.hosts) || remote(&child.cluster.hosts) {
+    // A Slurm run's checkpoints are on the filesystem its nodes share with the server.
+    let over_ssh = |r: &Recipe| !r.is_local() && !r.is_slurm();
+    if over_ssh(&parent_recipe) || over_ssh(&child) {
         anyhow::bail!(
             "run {id} ran on {}: resuming runs over SSH is not supported yet (the checkpoints stay on the first \
              node, under cluster.remote_dir's runs/{id}/node-0); resume is for local runs",
             parent.hosts.join(", ")
         );
     }
-    let root = crate::store::checkpoints::root_of(&shared.db.run_dir(&id), &parent_recipe.checkpoint.dir);
+    let root = crate::store::checkpoints::root_of(
+        &super::placement::rank0_dir(&shared.db, &id),
+        &parent_recipe.checkpoint.dir,
+    );
     let chosen = tokio::task::spawn_blocking(move || crate::store::checkpoints::choose(&root, step)).await?.map_err(
         |e| match e {
             ChooseError::NoCheckpoints { dir } => {
@@ -74,7 +78,7 @@ pub async fn resume(
         // The child restores its parent's whole checkpoint; the start it names is what a DPO
         // run's reference is rebuilt from (and the lineage keeps it).
         init: parent.init_from.clone(),
-        ssh,
+        env,
     };
     let run = launch(shared, req, progress).await?;
     Ok(crate::protocol::Reply::Resumed { run, parent: id, step: chosen.step, path: from.path, skipped: chosen.skipped })

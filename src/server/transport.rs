@@ -1,7 +1,8 @@
-//! How the server reaches one node's agent (its Unix socket, or an SSH exec channel bridged to
-//! it), and the task that keeps that link up: handshake, attach after the last frame received,
+//! How the server reaches one node's agent (its Unix socket, an SSH exec channel bridged to
+//! it, or its TCP port under Slurm), and the task that keeps that link up: handshake, attach after the last frame received,
 //! acks and commands down, frames up, and reconnecting when an SSH link is cut.
 use crate::ids::RunId;
+use crate::protocol::tcp_link::LinkStream;
 use crate::protocol::{read_frame_async, write_frame_async, AgentCommand, AgentFrame, Hello, Role, PROTOCOL_VERSION};
 use crate::ssh::bridge::BridgeEnd;
 use crate::ssh::launch::RemoteAgent;
@@ -9,7 +10,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::unix::OwnedWriteHalf;
+use tokio::io::WriteHalf;
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -23,6 +24,19 @@ const WINDOW_LINK_TIMEOUTS: u32 = 20;
 pub enum Transport {
     Local(PathBuf),
     Ssh(Arc<RemoteAgent>),
+    Tcp(Arc<TcpAgent>),
+}
+
+/// An agent that listens on TCP (started by Slurm on a compute node).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TcpAgent {
+    /// The node's name (Slurm's), for messages.
+    pub node: String,
+    /// `address:port` as the server dials it.
+    pub addr: String,
+    pub secret: crate::collective::auth::RunSecret,
+    /// An established link silent this long counts as cut (`cluster.link_timeout_s`).
+    pub link_timeout_s: u64,
 }
 
 /// Why a link could not be (re)opened; `permanent` when the agent is known to be gone.
@@ -43,7 +57,13 @@ impl Transport {
         match self {
             Transport::Local(p) => p.display().to_string(),
             Transport::Ssh(a) => a.target.display(),
+            Transport::Tcp(a) => format!("{} ({})", a.node, a.addr),
         }
+    }
+
+    /// Whether the link crosses a network (its cuts are news; a local socket's are not).
+    fn remote(&self) -> bool {
+        !matches!(self, Transport::Local(_))
     }
 
     /// How long to keep trying after a link is cut; zero = one immediate try.
@@ -51,15 +71,29 @@ impl Transport {
         match self {
             Transport::Local(_) => Duration::ZERO,
             Transport::Ssh(a) => a.limits.link * WINDOW_LINK_TIMEOUTS,
+            Transport::Tcp(a) => Duration::from_secs(a.link_timeout_s) * WINDOW_LINK_TIMEOUTS,
         }
     }
 
-    async fn open(&self) -> Result<(UnixStream, Option<oneshot::Receiver<BridgeEnd>>), OpenError> {
+    async fn open(&self) -> Result<(LinkStream, Option<oneshot::Receiver<BridgeEnd>>), OpenError> {
         match self {
             Transport::Local(path) => UnixStream::connect(path)
                 .await
-                .map(|s| (s, None))
+                .map(|s| (Box::new(s) as LinkStream, None))
                 .map_err(|e| OpenError { permanent: true, message: format!("{}: {e}", path.display()) }),
+            Transport::Tcp(agent) => {
+                let limit = Duration::from_secs(agent.link_timeout_s);
+                match crate::protocol::tcp_link::dial(&agent.addr, &agent.secret, limit).await {
+                    Ok(stream) => Ok((stream, None)),
+                    // The node answered, and nothing listens on the agent's port: its agent has
+                    // exited (or the node rebooted), and never comes back there.
+                    Err(e) if e.refused => Err(OpenError {
+                        permanent: true,
+                        message: format!("the agent on {} is gone: {}", agent.node, e.message),
+                    }),
+                    Err(e) => Err(OpenError { permanent: false, message: e.message }),
+                }
+            }
             Transport::Ssh(agent) => {
                 let agent = agent.clone();
                 let opened = tokio::task::spawn_blocking(move || crate::ssh::bridge::open(&agent)).await;
@@ -69,7 +103,7 @@ impl Transport {
                 let _ = std_stream.set_nonblocking(true);
                 let stream = UnixStream::from_std(std_stream)
                     .map_err(|e| OpenError { permanent: false, message: e.to_string() })?;
-                Ok((stream, Some(end)))
+                Ok((Box::new(stream) as LinkStream, Some(end)))
             }
         }
     }
@@ -78,7 +112,7 @@ impl Transport {
 /// One open, attached link.
 pub struct Conn {
     frames: mpsc::Receiver<AgentFrame>,
-    wr: OwnedWriteHalf,
+    wr: WriteHalf<LinkStream>,
     end: Option<oneshot::Receiver<BridgeEnd>>,
 }
 
@@ -99,7 +133,7 @@ pub async fn connect(t: &Transport, run: &RunId, after_seq: u64) -> Result<Conn,
     let (stream, end) = t.open().await?;
     let mut conn_end = end;
     let handshake = async {
-        let (mut rd, mut wr) = stream.into_split();
+        let (mut rd, mut wr) = tokio::io::split(stream);
         write_frame_async(&mut wr, &Hello::new(Role::Server, "local")).await?;
         let hello: Hello = read_frame_async(&mut rd)
             .await?
@@ -115,6 +149,7 @@ pub async fn connect(t: &Transport, run: &RunId, after_seq: u64) -> Result<Conn,
     let limit = match t {
         Transport::Local(_) => Duration::from_secs(30),
         Transport::Ssh(a) => a.limits.command,
+        Transport::Tcp(a) => Duration::from_secs(a.link_timeout_s.max(30)),
     };
     let result = tokio::time::timeout(limit, handshake).await;
     let (mut rd, wr) = match result {
@@ -246,7 +281,7 @@ impl NodeTask {
             }
             tracing::warn!("run {} node {} ({}): link cut: {why}", self.run, self.k, self.t.describe());
             // A local agent's link is only cut when the agent dies: no news until we know.
-            let remote = matches!(self.t, Transport::Ssh(_));
+            let remote = self.t.remote();
             if remote {
                 let _ = self.incoming.send(Incoming::Down(self.k, why)).await;
             }

@@ -5,12 +5,12 @@
 //! IdentityFile, UserKnownHostsFile, StrictHostKeyChecking. Other keywords are ignored, and so
 //! are `Match` blocks (their lines never apply). The file is `$FLIGHTDECK_SSH_CONFIG` (like
 //! `ssh -F`), else `~/.ssh/config` when it exists.
-pub use crate::protocol::spec::SshContext;
+pub use crate::protocol::spec::ClientEnv;
 use std::path::{Path, PathBuf};
 use thiserror::Error;
 
 /// The environment variable naming the config file to use instead of `~/.ssh/config`.
-pub const CONFIG_ENV: &str = SshContext::CONFIG_ENV;
+pub const CONFIG_ENV: &str = ClientEnv::CONFIG_ENV;
 
 #[derive(Debug, Error)]
 pub enum ConfigError {
@@ -94,7 +94,7 @@ pub fn parse_spec(spec: &str) -> Result<(Option<String>, String, Option<u16>), C
 }
 
 /// The config file in force for `ctx`: the one it names, else its `~/.ssh/config` if present.
-pub fn config_path(ctx: &SshContext) -> Option<PathBuf> {
+pub fn config_path(ctx: &ClientEnv) -> Option<PathBuf> {
     if let Some(p) = &ctx.config {
         return Some(p.clone());
     }
@@ -119,7 +119,7 @@ pub fn local_user() -> String {
 
 /// Resolves a host spec through `explicit` (a recipe's cluster.ssh_config), else the config
 /// file in force for `ctx` (the asking client's SSH environment).
-pub fn resolve(spec: &str, explicit: Option<&Path>, ctx: &SshContext) -> Result<Target, ConfigError> {
+pub fn resolve(spec: &str, explicit: Option<&Path>, ctx: &ClientEnv) -> Result<Target, ConfigError> {
     let text = match explicit.map(Path::to_path_buf).or_else(|| config_path(ctx)) {
         Some(path) => Some((
             std::fs::read_to_string(&path).map_err(|source| ConfigError::Read { path: path.clone(), source })?,
@@ -141,7 +141,7 @@ struct Found {
 }
 
 /// Resolves `spec` against config text (`None`: no config file), in `ctx`'s home.
-pub fn resolve_with(spec: &str, config: Option<(&str, &Path)>, ctx: &SshContext) -> Result<Target, ConfigError> {
+pub fn resolve_with(spec: &str, config: Option<(&str, &Path)>, ctx: &ClientEnv) -> Result<Target, ConfigError> {
     let home = ctx.home_dir();
     let (user, alias, port) = parse_spec(spec)?;
     let mut found = Found::default();

@@ -27,8 +27,8 @@ Host *
     User fallback
 "#;
 
-fn ctx() -> SshContext {
-    SshContext { home: Some(PathBuf::from("/home/tester")), config: None, agent_socket: None }
+fn ctx() -> ClientEnv {
+    ClientEnv { home: Some(PathBuf::from("/home/tester")), ..Default::default() }
 }
 
 fn home() -> PathBuf {

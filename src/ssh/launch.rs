@@ -12,7 +12,7 @@ use super::session::{self, Node};
 use super::trust::Verdict;
 use super::{Limits, SshError};
 use crate::ids::{Rank, RunId};
-use crate::protocol::spec::{AgentSpec, SshContext, SAVE_GRACE_MS, STOP_GRACE_MS};
+use crate::protocol::spec::{AgentSpec, ClientEnv, SAVE_GRACE_MS, STOP_GRACE_MS};
 use crate::recipe::Recipe;
 use serde::{Deserialize, Serialize};
 use std::sync::mpsc;
@@ -83,7 +83,7 @@ impl Plan<'_> {
         run: &'a RunId,
         recipe: &'a Recipe,
         recipe_json: &'a str,
-        ctx: &SshContext,
+        ctx: &ClientEnv,
     ) -> Result<Plan<'a>, SshError> {
         let rpn = recipe.cluster.ranks_per_node;
         let used = recipe.world_size().div_ceil(rpn) as usize;
@@ -133,6 +133,7 @@ impl Plan<'_> {
             // Refused at launch for SSH runs (`server::init`).
             init_from: None,
             secret: self.secret.clone(),
+            listen_tcp: None,
         }
     }
 }

@@ -4,7 +4,7 @@ use super::effects::{Command, DataEvent, RecipeChoice};
 use super::panels::{chart::ParentLoss, ckpts::CkptList, ckpts::Resumed};
 use crate::client::Client;
 use crate::paths::DbPaths;
-use crate::protocol::spec::SshContext;
+use crate::protocol::spec::ClientEnv;
 use crate::protocol::{Reply, Request};
 use std::collections::BTreeMap;
 use tokio::sync::mpsc;
@@ -198,7 +198,7 @@ async fn one(db: &DbPaths, cmd: Command, tx: &mpsc::Sender<DataEvent>) -> anyhow
                 recipe_json: serde_json::to_string(&r)?,
                 recipe_path: recipe.display().to_string(),
                 name: None,
-                ssh: SshContext::from_env(),
+                env: ClientEnv::from_env(),
             };
             // An SSH launch reports each host's progress before its one final reply.
             let mut c = Client::connect(db).await?;
@@ -270,7 +270,7 @@ async fn one(db: &DbPaths, cmd: Command, tx: &mpsc::Sender<DataEvent>) -> anyhow
                 step,
                 recipe_json: None,
                 name: None,
-                ssh: SshContext::from_env(),
+                env: ClientEnv::from_env(),
             };
             match request(db, req).await {
                 Ok(Reply::Resumed { run, parent, step, path, skipped }) => {

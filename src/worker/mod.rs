@@ -40,7 +40,10 @@ pub fn main_from_env() -> anyhow::Result<()> {
     static INTEROP: std::sync::Once = std::sync::Once::new();
     INTEROP.call_once(|| tch::set_num_interop_threads(1));
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    tch::set_num_threads(env.torch_threads(cores));
+    // `FLIGHTDECK_TORCH_THREADS` pins them (reproducing another layout's numbers bit for bit:
+    // a thread count changes the order of a matmul's sums).
+    let pinned = std::env::var("FLIGHTDECK_TORCH_THREADS").ok().and_then(|v| v.trim().parse::<i32>().ok());
+    tch::set_num_threads(pinned.filter(|n| *n > 0).unwrap_or_else(|| env.torch_threads(cores)));
 
     let recipe = load_recipe(&env.recipe_path)?;
     if recipe.cluster.device == crate::recipe::Device::Cuda {
@@ -137,6 +140,8 @@ pub(crate) mod testing {
                 ranks_per_node: world,
                 device: Device::Cpu,
                 ssh: Default::default(),
+                launcher: Default::default(),
+                slurm: Default::default(),
             },
             telemetry: Telemetry { step_interval: 1, sample_interval_ms: 1000, enabled: true },
             faults: Vec::new(),

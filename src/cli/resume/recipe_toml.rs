@@ -33,6 +33,18 @@ pub fn to_toml(recipe: &Recipe) -> Result<String, String> {
         if let Some(Json::Object(ssh)) = cluster.remove("ssh") {
             cluster.extend(ssh);
         }
+        // So is `cluster.slurm`, only under `launcher = "slurm"` (the parser refuses its keys
+        // elsewhere), without the limit's parsed seconds, and then without hosts.
+        match cluster.remove("slurm") {
+            Some(Json::Object(mut slurm)) if recipe.is_slurm() => {
+                slurm.remove("time_limit_s");
+                cluster.extend(slurm);
+                cluster.remove("hosts");
+            }
+            _ => {
+                cluster.remove("launcher");
+            }
+        }
     }
     let table = to_toml_value(doc)?.ok_or("the recipe is empty")?;
     toml::to_string(&table).map_err(|e| e.to_string())
@@ -71,6 +83,18 @@ fn to_toml_value(v: Json) -> Result<Option<toml::Value>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_slurm_recipe_round_trips_through_toml() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("recipes/tiny-gpt.toml");
+        let sets =
+            ["cluster.launcher=\"slurm\"", "cluster.nodes=2", "cluster.time_limit=\"1:00:00\"", "cluster.grace_s=120"];
+        let recipe = crate::recipe::load_file(&path, &sets.map(String::from)).unwrap();
+        let text = to_toml(&recipe).unwrap();
+        let back = crate::recipe::parse_str(&text, "round trip", &[]).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert_eq!(back, recipe);
+        assert_eq!(back.cluster.slurm.time_limit_s, Some(3600));
+    }
 
     #[test]
     fn every_shipped_recipe_round_trips_through_toml() {

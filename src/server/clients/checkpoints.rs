@@ -9,7 +9,7 @@ pub async fn checkpoints(shared: &Shared, query: &str, verify: bool) -> anyhow::
     use crate::store::checkpoints::{disk, inspect, root_of};
     let id = resolve(shared, query).await?;
     let store = shared.store.clone();
-    let run_dir = shared.db.run_dir(&id);
+    let run_dir = super::super::placement::rank0_dir(&shared.db, &id);
     let id2 = id.clone();
     let (root, records) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
         let record = store.get_run(&id2)?.ok_or_else(|| anyhow::anyhow!("run {id2} vanished"))?;

@@ -58,11 +58,11 @@ async fn answer(shared: &Shared, req: Request) -> anyhow::Result<Reply> {
 async fn answer_with(shared: &Shared, req: Request, progress: Progress) -> anyhow::Result<Reply> {
     let store = shared.store.clone();
     Ok(match req {
-        Request::Launch { recipe_json, recipe_path, name, ssh } => {
+        Request::Launch { recipe_json, recipe_path, name, env } => {
             let recipe: crate::recipe::Recipe =
                 serde_json::from_str(&recipe_json).context("the client sent a recipe this server cannot read")?;
             let init = super::init::resolve(shared, &recipe).await?;
-            let req = LaunchRequest { recipe_json, recipe_path, name, lineage: None, init, ssh };
+            let req = LaunchRequest { recipe_json, recipe_path, name, lineage: None, init, env };
             Reply::Launched { run: super::launch::launch(shared, req, progress).await? }
         }
         Request::ListRuns => Reply::Runs { runs: tokio::task::spawn_blocking(move || store.list_runs()).await?? },
@@ -89,8 +89,8 @@ async fn answer_with(shared: &Shared, req: Request, progress: Progress) -> anyho
             anyhow::bail!("streamed requests are not answered once")
         }
         Request::Checkpoints { run, verify } => checkpoints::checkpoints(shared, &run, verify).await?,
-        Request::Resume { run, step, recipe_json, name, ssh } => {
-            super::resume::resume(shared, &run, step, recipe_json, name, ssh, progress, None).await?
+        Request::Resume { run, step, recipe_json, name, env } => {
+            super::resume::resume(shared, &run, step, recipe_json, name, env, progress, None).await?
         }
         Request::Import { path, format, name } => {
             let req = super::import::ImportRequest { path: path.into(), format, name };

@@ -1,0 +1,212 @@
+//! The Slurm placement against a real Slurm (tests/common/slurm.rs: slurmctld and fake slurmd
+//! nodes on loopback addresses): tiny-gpt on 2 nodes × 1 rank through `cluster.launcher =
+//! "slurm"` gives a local 2-rank run's losses bit for bit and gives its job back; `kill` leaves
+//! no job and no process; Slurm's time-limit warning stops a run with a checkpoint and recovery
+//! resubmits it to finish bit-exact; a node whose slurmd and processes die is lost, named, before
+//! Slurm itself marks it down. Slots 0 to 9 are this file's.
+mod common;
+#[allow(dead_code)]
+#[path = "common/slurm.rs"]
+mod slurm;
+
+use common::{csv_rows, read_until, recipe, stdout_lines, Db};
+use slurm::Cluster;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// `flightdeck` with the cluster's Slurm environment and the nodes' run directories in `dir`.
+fn slurm_args(dir: &std::path::Path, nodes: u32) -> Vec<String> {
+    [
+        "cluster.launcher=slurm".to_string(),
+        format!("cluster.nodes={nodes}"),
+        "cluster.ranks_per_node=1".into(),
+        format!("cluster.remote_dir={}", dir.join("nodes").display()),
+    ]
+    .iter()
+    .flat_map(|s| ["--set".to_string(), s.clone()])
+    .collect()
+}
+
+/// Every run of these tests: one intra-op thread per rank, as a local 2-rank run on 2 cores has
+/// (a Slurm node's one rank would take both cores, and sum its matmuls in another order).
+const THREADS: (&str, &str) = ("FLIGHTDECK_TORCH_THREADS", "1");
+
+fn cmd(db: &Db, c: &Cluster, args: &[String]) -> std::process::Command {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut cmd = db.cmd(&args);
+    cmd.env(THREADS.0, THREADS.1);
+    for (k, v) in c.env() {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+/// (step, rank) → loss bits of one run.
+fn losses(db: &Db, run: &str) -> BTreeMap<(u64, u32), u64> {
+    let out = db.run(&["metrics", run, "--key", "loss", "--format", "csv"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    csv_rows(&String::from_utf8_lossy(&out.stdout)).into_iter().map(|(s, r, v)| ((s, r), v.to_bits())).collect()
+}
+
+fn tiny_gpt() -> String {
+    recipe("tiny-gpt.toml").display().to_string()
+}
+
+/// Waits until slurmctld lists no pending, running or completing job.
+fn wait_no_jobs(c: &Cluster) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !c.jobs().is_empty() {
+        assert!(Instant::now() < deadline, "jobs left: {:?}", c.jobs());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// No job and no process on any node (`db.finish()` then checks the database's own processes).
+fn assert_nothing_left(c: &Cluster) {
+    wait_no_jobs(c);
+    for node in c.node_names() {
+        assert_eq!(c.node_processes(&node), Vec::<u32>::new(), "processes left on {node}");
+    }
+}
+
+#[test]
+fn tiny_gpt_on_two_slurm_nodes_matches_a_local_run_and_kill_leaves_nothing() {
+    let test = "tiny_gpt_on_two_slurm_nodes_matches_a_local_run_and_kill_leaves_nothing";
+    let Some(c) = Cluster::start_or_skip(test, 4, 0) else { return };
+    let db = Db::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let steps = "train.steps=20";
+    let local = db
+        .cmd(&["run", &tiny_gpt(), "--headless", "--name", "local", "--set", steps])
+        .env(THREADS.0, THREADS.1)
+        .output()
+        .expect("run");
+    assert!(local.status.success(), "{}", String::from_utf8_lossy(&local.stderr));
+
+    let mut args: Vec<String> =
+        ["run", &tiny_gpt(), "--headless", "--name", "slurm", "--set", steps].map(String::from).into();
+    args.extend(slurm_args(dir.path(), 2));
+    let out = cmd(&db, &c, &args).output().expect("run");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(losses(&db, "slurm"), losses(&db, "local"), "the same losses, bit for bit");
+
+    let show = db.json(&["show", "slurm", "--json"]);
+    assert_eq!(show["run"]["status"], "succeeded", "{}", show["run"]);
+    assert_eq!(show["run"]["hosts"], serde_json::json!(["n1", "n2"]), "the ranks' nodes by Slurm's names");
+    let texts = common::event_texts(&show);
+    let launched = texts.iter().find(|t| t.starts_with("launched")).expect("launch event");
+    assert!(
+        launched.contains("through Slurm") && launched.contains(" in job ") && launched.contains("n2 (127.0."),
+        "{launched}"
+    );
+    // The run gave its job back: it ended COMPLETED (its holder told to finish), not cancelled.
+    wait_no_jobs(&c);
+
+    // kill: the job goes and nothing of the run is left on any node.
+    let mut args: Vec<String> =
+        ["run", &tiny_gpt(), "--headless", "--name", "killed", "--set", "train.steps=100000"].map(String::from).into();
+    args.extend(slurm_args(dir.path(), 2));
+    let mut child = cmd(&db, &c, &args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run");
+    let mut lines = stdout_lines(&mut child);
+    read_until(&mut lines, |l| common::progress_step(l).is_some_and(|s| s >= 2));
+    assert_eq!(c.jobs().len(), 1, "the run's own job: {:?}", c.jobs());
+    common::ok(&db.run(&["kill", "killed"]));
+    let status = child.wait().expect("wait");
+    assert!(!status.success(), "a killed run's headless client exits non-zero");
+    assert_eq!(db.json(&["show", "killed", "--json"])["run"]["status"], "killed");
+    assert_nothing_left(&c);
+    db.finish();
+}
+
+#[test]
+fn the_time_limit_warning_stops_with_a_checkpoint_and_recovery_finishes_bit_exact() {
+    let test = "the_time_limit_warning_stops_with_a_checkpoint_and_recovery_finishes_bit_exact";
+    let Some(c) = Cluster::start_or_skip(test, 2, 1) else { return };
+    let db = Db::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let steps = "train.steps=30";
+    let local = db
+        .cmd(&["run", &tiny_gpt(), "--headless", "--name", "straight", "--set", steps])
+        .env(THREADS.0, THREADS.1)
+        .output()
+        .expect("run");
+    assert!(local.status.success(), "{}", String::from_utf8_lossy(&local.stderr));
+
+    let mut args: Vec<String> =
+        ["run", &tiny_gpt(), "--headless", "--name", "limited", "--set", steps].map(String::from).into();
+    args.extend(slurm_args(dir.path(), 2));
+    for set in ["recovery.max_restarts=2", "recovery.backoff_s=0", "checkpoint.every=0"] {
+        args.extend(["--set".to_string(), set.to_string()]);
+    }
+    let mut child = cmd(&db, &c, &args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run");
+    let mut lines = stdout_lines(&mut child);
+    read_until(&mut lines, |l| common::progress_step(l).is_some_and(|s| s >= 3));
+    let jobs = c.jobs();
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    // Slurm's warning, now instead of GRACE seconds before the limit: to the batch shell only.
+    let sent = c.cmd("scancel", &["--signal=USR2", "--batch", &jobs[0]]);
+    assert!(sent.status.success(), "{sent:?}");
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let stderr = std::io::read_to_string(child.stderr.take().expect("stderr")).unwrap_or_default();
+    let status = child.wait().expect("wait");
+    let stdout = rest.join("\n");
+    assert!(status.success(), "the lineage succeeds:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("recovery restarted it after a time_limit as run "), "{stdout}");
+
+    let show = db.json(&["show", "limited", "--json"]);
+    let attempts = show["attempts"].as_array().expect("attempts");
+    assert_eq!(attempts.len(), 2, "{attempts:?}");
+    assert_eq!(attempts[0]["status"], "stopped", "{}", attempts[0]);
+    assert_eq!(attempts[1]["restart"]["cause"], "time_limit");
+    let first = db.json(&["show", attempts[0]["run"].as_str().expect("id"), "--json"]);
+    let texts = common::event_texts(&first);
+    assert!(texts.iter().any(|t| t.contains("time-limit warning came")), "{texts:?}");
+    let mut lineage: BTreeMap<(u64, u32), u64> = BTreeMap::new();
+    for a in attempts {
+        lineage.extend(losses(&db, a["run"].as_str().expect("run id")));
+    }
+    assert_eq!(lineage, losses(&db, "straight"), "the lineage's losses are the uninterrupted run's");
+    assert_nothing_left(&c);
+    db.finish();
+}
+
+#[test]
+fn a_dead_node_is_lost_by_name_before_slurm_marks_it_down() {
+    let test = "a_dead_node_is_lost_by_name_before_slurm_marks_it_down";
+    let Some(c) = Cluster::start_or_skip(test, 2, 2) else { return };
+    let db = Db::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut args: Vec<String> =
+        ["run", &tiny_gpt(), "--headless", "--name", "lost", "--set", "train.steps=100000"].map(String::from).into();
+    args.extend(slurm_args(dir.path(), 2));
+    let mut child = cmd(&db, &c, &args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run");
+    let mut lines = stdout_lines(&mut child);
+    read_until(&mut lines, |l| common::progress_step(l).is_some_and(|s| s >= 2));
+    // The node dies: its slurmd, its step daemons, the agent and its rank, all at once.
+    c.kill_slurmd("n2");
+    assert!(c.kill_node_processes("n2") > 0, "the agent and rank ran on n2");
+    let _rest: Vec<String> = lines.map_while(Result::ok).collect();
+    child.wait().expect("wait");
+    let state = c.node_state("n2");
+    assert!(!state.contains("down"), "Flightdeck saw the loss before Slurm did (n2 is {state})");
+    let show = db.json(&["show", "lost", "--json"]);
+    assert_eq!(show["run"]["status"], "interrupted", "{}", show["run"]);
+    let reason = show["run"]["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("lost the agent on n2"), "{reason}");
+    c.restart_slurmd("n2");
+    assert_nothing_left(&c);
+    db.finish();
+}
