@@ -10,16 +10,7 @@ use std::process::{Command, Stdio};
 pub fn spawn_until_ready(mut cmd: Command, stderr_log: &std::path::Path) -> std::io::Result<bool> {
     let log = std::fs::OpenOptions::new().create(true).append(true).open(stderr_log)?;
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(log);
-    // SAFETY: setsid is async-signal-safe and touches no parent memory.
-    unsafe {
-        cmd.pre_exec(|| {
-            // Its own session: it survives the caller, the terminal and an SSH session's hangup.
-            if libc::setsid() < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    new_session(&mut cmd);
     let mut child = cmd.spawn()?;
     let mut line = String::new();
     if let Some(out) = child.stdout.take() {
@@ -27,6 +18,20 @@ pub fn spawn_until_ready(mut cmd: Command, stderr_log: &std::path::Path) -> std:
     }
     std::thread::spawn(move || child.wait());
     Ok(line.trim() == "ready")
+}
+
+/// Makes `cmd` start in its own session: it survives the caller, the terminal and an SSH
+/// session's hangup.
+pub fn new_session(cmd: &mut Command) {
+    // SAFETY: setsid is async-signal-safe and touches no parent memory.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
 }
 
 /// The last `n` lines of a log file, joined for an error message.

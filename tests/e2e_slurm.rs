@@ -14,17 +14,50 @@ use slurm::Cluster;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-/// `flightdeck` with the cluster's Slurm environment and the nodes' run directories in `dir`.
-fn slurm_args(dir: &std::path::Path, nodes: u32) -> Vec<String> {
-    [
-        "cluster.launcher=slurm".to_string(),
-        format!("cluster.nodes={nodes}"),
+/// `run tiny-gpt --headless` as run `name` on 2 Slurm nodes × 1 rank, the nodes' run
+/// directories in `dir`, with `train.steps` and the further overrides in `sets`.
+fn slurm_run(dir: &std::path::Path, name: &str, steps: u64, sets: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = ["run", &tiny_gpt(), "--headless", "--name", name].map(String::from).into();
+    let slurm = [
+        format!("train.steps={steps}"),
+        "cluster.launcher=slurm".into(),
+        "cluster.nodes=2".into(),
         "cluster.ranks_per_node=1".into(),
         format!("cluster.remote_dir={}", dir.join("nodes").display()),
-    ]
-    .iter()
-    .flat_map(|s| ["--set".to_string(), s.clone()])
-    .collect()
+    ];
+    for set in slurm.into_iter().chain(sets.iter().map(|s| s.to_string())) {
+        args.extend(["--set".to_string(), set]);
+    }
+    args
+}
+
+/// The same recipe as a local 2-rank run `name`, to compare with; it must succeed.
+fn run_local(db: &Db, name: &str, steps: u64) {
+    let steps = format!("train.steps={steps}");
+    let local = db
+        .cmd(&["run", &tiny_gpt(), "--headless", "--name", name, "--set", &steps])
+        .env(THREADS.0, THREADS.1)
+        .output()
+        .expect("run");
+    assert!(local.status.success(), "{}", String::from_utf8_lossy(&local.stderr));
+}
+
+/// Starts `args` with piped output and reads its progress until step `step`; the child and the
+/// rest of its stdout.
+fn spawn_until_step(
+    db: &Db,
+    c: &Cluster,
+    args: &[String],
+    step: u64,
+) -> (std::process::Child, impl Iterator<Item = std::io::Result<String>>) {
+    let mut child = cmd(db, c, args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run");
+    let mut lines = stdout_lines(&mut child);
+    read_until(&mut lines, |l| common::progress_step(l).is_some_and(|s| s >= step));
+    (child, lines)
 }
 
 /// Every run of these tests: one intra-op thread per rank, as a local 2-rank run on 2 cores has
@@ -75,18 +108,8 @@ fn tiny_gpt_on_two_slurm_nodes_matches_a_local_run_and_kill_leaves_nothing() {
     let Some(c) = Cluster::start_or_skip(test, 4, 0) else { return };
     let db = Db::new();
     let dir = tempfile::tempdir().expect("tempdir");
-    let steps = "train.steps=20";
-    let local = db
-        .cmd(&["run", &tiny_gpt(), "--headless", "--name", "local", "--set", steps])
-        .env(THREADS.0, THREADS.1)
-        .output()
-        .expect("run");
-    assert!(local.status.success(), "{}", String::from_utf8_lossy(&local.stderr));
-
-    let mut args: Vec<String> =
-        ["run", &tiny_gpt(), "--headless", "--name", "slurm", "--set", steps].map(String::from).into();
-    args.extend(slurm_args(dir.path(), 2));
-    let out = cmd(&db, &c, &args).output().expect("run");
+    run_local(&db, "local", 20);
+    let out = cmd(&db, &c, &slurm_run(dir.path(), "slurm", 20, &[])).output().expect("run");
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(losses(&db, "slurm"), losses(&db, "local"), "the same losses, bit for bit");
@@ -104,16 +127,7 @@ fn tiny_gpt_on_two_slurm_nodes_matches_a_local_run_and_kill_leaves_nothing() {
     wait_no_jobs(&c);
 
     // kill: the job goes and nothing of the run is left on any node.
-    let mut args: Vec<String> =
-        ["run", &tiny_gpt(), "--headless", "--name", "killed", "--set", "train.steps=100000"].map(String::from).into();
-    args.extend(slurm_args(dir.path(), 2));
-    let mut child = cmd(&db, &c, &args)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run");
-    let mut lines = stdout_lines(&mut child);
-    read_until(&mut lines, |l| common::progress_step(l).is_some_and(|s| s >= 2));
+    let (mut child, _lines) = spawn_until_step(&db, &c, &slurm_run(dir.path(), "killed", 100_000, &[]), 2);
     assert_eq!(c.jobs().len(), 1, "the run's own job: {:?}", c.jobs());
     common::ok(&db.run(&["kill", "killed"]));
     let status = child.wait().expect("wait");
@@ -129,27 +143,9 @@ fn the_time_limit_warning_stops_with_a_checkpoint_and_recovery_finishes_bit_exac
     let Some(c) = Cluster::start_or_skip(test, 2, 1) else { return };
     let db = Db::new();
     let dir = tempfile::tempdir().expect("tempdir");
-    let steps = "train.steps=30";
-    let local = db
-        .cmd(&["run", &tiny_gpt(), "--headless", "--name", "straight", "--set", steps])
-        .env(THREADS.0, THREADS.1)
-        .output()
-        .expect("run");
-    assert!(local.status.success(), "{}", String::from_utf8_lossy(&local.stderr));
-
-    let mut args: Vec<String> =
-        ["run", &tiny_gpt(), "--headless", "--name", "limited", "--set", steps].map(String::from).into();
-    args.extend(slurm_args(dir.path(), 2));
-    for set in ["recovery.max_restarts=2", "recovery.backoff_s=0", "checkpoint.every=0"] {
-        args.extend(["--set".to_string(), set.to_string()]);
-    }
-    let mut child = cmd(&db, &c, &args)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run");
-    let mut lines = stdout_lines(&mut child);
-    read_until(&mut lines, |l| common::progress_step(l).is_some_and(|s| s >= 3));
+    run_local(&db, "straight", 30);
+    let recovery = ["recovery.max_restarts=2", "recovery.backoff_s=0", "checkpoint.every=0"];
+    let (mut child, lines) = spawn_until_step(&db, &c, &slurm_run(dir.path(), "limited", 30, &recovery), 3);
     let jobs = c.jobs();
     assert_eq!(jobs.len(), 1, "{jobs:?}");
     // Slurm's warning, now instead of GRACE seconds before the limit: to the batch shell only.
@@ -185,16 +181,7 @@ fn a_dead_node_is_lost_by_name_before_slurm_marks_it_down() {
     let Some(c) = Cluster::start_or_skip(test, 2, 2) else { return };
     let db = Db::new();
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut args: Vec<String> =
-        ["run", &tiny_gpt(), "--headless", "--name", "lost", "--set", "train.steps=100000"].map(String::from).into();
-    args.extend(slurm_args(dir.path(), 2));
-    let mut child = cmd(&db, &c, &args)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run");
-    let mut lines = stdout_lines(&mut child);
-    read_until(&mut lines, |l| common::progress_step(l).is_some_and(|s| s >= 2));
+    let (mut child, lines) = spawn_until_step(&db, &c, &slurm_run(dir.path(), "lost", 100_000, &[]), 2);
     // The node dies: its slurmd, its step daemons, the agent and its rank, all at once.
     c.kill_slurmd("n2");
     assert!(c.kill_node_processes("n2") > 0, "the agent and rank ran on n2");

@@ -3,7 +3,6 @@
 use crate::paths::RunDirPaths;
 use anyhow::Context;
 use std::io::{BufRead, Read, Write};
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
@@ -26,15 +25,7 @@ pub fn start(run_dir: PathBuf) -> anyhow::Result<i32> {
         .with_context(|| format!("opening {}", paths.agent_log().display()))?;
     let mut cmd = Command::new(std::env::current_exe().context("locating the flightdeck executable")?);
     cmd.arg("agent").arg("--run-dir").arg(&paths.root).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(log);
-    // SAFETY: setsid is async-signal-safe and touches no parent memory.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::setsid() < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    crate::detach::new_session(&mut cmd);
     let mut child = cmd.spawn().context("starting the agent")?;
     let mut line = String::new();
     if let Some(out) = child.stdout.take() {

@@ -60,6 +60,13 @@ pub struct AgentSpec {
 }
 
 impl AgentSpec {
+    /// The ranks of node `index` (with their local ranks): nodes hold `per_node` consecutive
+    /// ranks each, the last node's block cut at the world size.
+    pub fn node_ranks(index: u32, per_node: u32, world: u32) -> Vec<(Rank, u32)> {
+        let first = index * per_node;
+        (first..(first + per_node).min(world)).map(|r| (Rank(r), r - first)).collect()
+    }
+
     /// This node's place among the run's nodes (torchrun's `GROUP_RANK`): nodes hold
     /// `ranks_per_node` consecutive ranks each, so it is the first rank's block.
     pub fn node_rank(&self) -> u32 {

@@ -38,7 +38,6 @@ pub async fn attach_nodes(
     shared: &Shared,
 ) -> anyhow::Result<()> {
     let (ingest, registry, shared) = (shared.ingest.clone(), shared.registry.clone(), shared.clone());
-    let db = shared.db.clone();
     let recovery = super::recovery::settings(&tracker.state.record);
     let run = tracker.state.record.id.clone();
     let after: Vec<u64> =
@@ -70,20 +69,21 @@ pub async fn attach_nodes(
     let (view_tx, view_rx) = watch::channel(RunView { progress: tracker.progress(), ended: None });
     let (frames_out, _) = tokio::sync::broadcast::channel(WATCH_BACKLOG);
     let time_limited = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    match super::placement::slurm_nodes(&db, &run) {
-        Ok(Some(nodes)) => {
-            let watch = super::slurm_watch::Watch {
-                nodes,
-                run: run.clone(),
-                commands: cmd_tx.clone(),
-                view: view_rx.clone(),
-                ingest: ingest.clone(),
-                time_limited: time_limited.clone(),
-            };
-            tokio::spawn(watch.run());
-        }
-        Ok(None) => {}
-        Err(e) => tracing::warn!("run {run}: {e:#}"),
+    // A Slurm run's nodes: watched while it lives, given back when it ends.
+    let slurm = super::placement::slurm_nodes(&shared.db, &run).unwrap_or_else(|e| {
+        tracing::warn!("run {run}: {e:#}");
+        None
+    });
+    if let Some(nodes) = &slurm {
+        let watch = super::slurm_watch::Watch {
+            nodes: nodes.clone(),
+            run: run.clone(),
+            commands: cmd_tx.clone(),
+            view: view_rx.clone(),
+            ingest: ingest.clone(),
+            time_limited: time_limited.clone(),
+        };
+        tokio::spawn(watch.run());
     }
     let live = Live { commands: cmd_tx, view: view_rx, frames: frames_out.clone(), stacks: stacks_tx };
     lock(&registry).insert(run.clone(), live);
@@ -109,24 +109,18 @@ pub async fn attach_nodes(
         if let Err(e) = link.run(in_rx, cmd_rx, stacks_rx).await {
             tracing::warn!("run {run}: link failed: {e}");
         }
-        release_slurm(&db, &run).await;
+        if let Some(nodes) = slurm {
+            release_slurm(nodes, &run).await;
+        }
         ingest.close_run(run.clone()).await;
         lock(&registry).remove(&run);
     });
     Ok(())
 }
 
-/// A Slurm run's nodes go back once it has ended: its own job is cancelled (nothing of the run
-/// is left on them), or its steps in the user's allocation.
-async fn release_slurm(db: &crate::paths::DbPaths, run: &crate::ids::RunId) {
-    let nodes = match super::placement::slurm_nodes(db, run) {
-        Ok(Some(nodes)) => nodes,
-        Ok(None) => return,
-        Err(e) => {
-            tracing::warn!("run {run}: {e:#}");
-            return;
-        }
-    };
+/// A Slurm run's nodes go back once it has ended: its own job finishes (nothing of the run is
+/// left on them), or its steps in the user's allocation are cancelled.
+async fn release_slurm(nodes: super::placement::SlurmNodes, run: &crate::ids::RunId) {
     let run = run.clone();
     let left = tokio::task::spawn_blocking(move || super::placement::release(&nodes, &run, true)).await;
     for problem in left.unwrap_or_default() {

@@ -3,7 +3,7 @@
 //! one path in `launch.rs`; a placement only starts agents, says how to reach them, and takes
 //! them down again when the launch cannot go on.
 use super::transport::{TcpAgent, Transport};
-use crate::ids::{Rank, RunId};
+use crate::ids::RunId;
 use crate::paths::{DbPaths, RunDirPaths};
 use crate::protocol::spec::{AgentSpec, ClientEnv, SAVE_GRACE_MS, STOP_GRACE_MS};
 use crate::recipe::Recipe;
@@ -123,22 +123,10 @@ async fn start_local(db: &DbPaths, run: &RunId, recipe: &Recipe, from: StartFrom
     let paths = RunDirPaths::new(db.run_dir(run));
     let world = recipe.world_size();
     let spec = AgentSpec {
-        run: run.clone(),
         node: "local".into(),
-        ranks: (0..world).map(|r| (Rank(r), r)).collect(),
-        world_size: world,
-        master_addr: "127.0.0.1".into(),
-        master_port: 0,
-        program_port: 0,
+        ranks: AgentSpec::node_ranks(0, world, world),
         host_store: true,
-        exe: std::env::current_exe().context("locating the flightdeck executable")?,
-        recipe: recipe.clone(),
-        stop_grace_ms: STOP_GRACE_MS,
-        save_grace_ms: SAVE_GRACE_MS,
-        resume_from: from.resume,
-        init_from: from.init,
-        secret: crate::collective::auth::RunSecret::generate().context("drawing the run's secret")?,
-        listen_tcp: None,
+        ..run_spec(run, recipe, "127.0.0.1", from)?
     };
     std::fs::write(paths.spec(), serde_json::to_vec_pretty(&spec)?)?;
     tokio::task::spawn_blocking({
@@ -155,6 +143,29 @@ async fn start_local(db: &DbPaths, run: &RunId, recipe: &Recipe, from: StartFrom
         nodes_text: String::new(),
         remote: Vec::new(),
         slurm: None,
+    })
+}
+
+/// The spec every node of a run shares, with a fresh run secret; no node's part yet (its name,
+/// ranks, and whether it hosts the store).
+fn run_spec(run: &RunId, recipe: &Recipe, master_addr: &str, from: StartFrom) -> anyhow::Result<AgentSpec> {
+    Ok(AgentSpec {
+        run: run.clone(),
+        node: String::new(),
+        ranks: Vec::new(),
+        world_size: recipe.world_size(),
+        master_addr: master_addr.into(),
+        master_port: 0,
+        program_port: 0,
+        host_store: false,
+        exe: std::env::current_exe().context("locating the flightdeck executable")?,
+        recipe: recipe.clone(),
+        stop_grace_ms: STOP_GRACE_MS,
+        save_grace_ms: SAVE_GRACE_MS,
+        resume_from: from.resume,
+        init_from: from.init,
+        secret: crate::collective::auth::RunSecret::generate().context("drawing the run's secret")?,
+        listen_tcp: None,
     })
 }
 
@@ -271,26 +282,9 @@ fn start_slurm_agents(
     from: StartFrom,
 ) -> anyhow::Result<Vec<TcpAgent>> {
     use crate::slurm::agents;
-    let mut template = AgentSpec {
-        run: run.clone(),
-        node: String::new(),
-        ranks: Vec::new(),
-        world_size: recipe.world_size(),
-        // Slurm's NodeAddr of the first node: where every node reaches it (its hostname may
-        // not resolve, or be the same on every node).
-        master_addr: allocation.addrs[0].clone(),
-        master_port: 0,
-        program_port: 0,
-        host_store: false,
-        exe: std::env::current_exe().context("locating the flightdeck executable")?,
-        recipe: recipe.clone(),
-        stop_grace_ms: STOP_GRACE_MS,
-        save_grace_ms: SAVE_GRACE_MS,
-        resume_from: from.resume,
-        init_from: from.init,
-        secret: crate::collective::auth::RunSecret::generate().context("drawing the run's secret")?,
-        listen_tcp: None,
-    };
+    // Slurm's NodeAddr of the first node: where every node reaches it (its hostname may not
+    // resolve, or be the same on every node). Each node fills in its own part (`slurm::node`).
+    let mut template = run_spec(run, recipe, &allocation.addrs[0], from)?;
     let limit = std::time::Duration::from_secs(recipe.cluster.ssh.command_timeout_s);
     let job = &allocation.job;
     let mut ready = agents::start(slurm, job, &allocation.nodes[..1], 0, &template, dir, limit)?;

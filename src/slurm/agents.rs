@@ -7,7 +7,6 @@
 //! the step with it); it exits when every agent of its step has.
 use super::{Slurm, SlurmError};
 use crate::protocol::spec::AgentSpec;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -92,15 +91,7 @@ pub fn start(
         .env(OFFSET_ENV, offset.to_string())
         .stdout(file(&out_path)?)
         .stderr(file(&err_path)?);
-    // SAFETY: setsid is async-signal-safe and touches no parent memory.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::setsid() < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    crate::detach::new_session(&mut cmd);
     let mut child = cmd.spawn().map_err(|source| SlurmError::Spawn { program: "srun".into(), source })?;
     // Reaped by its own thread, so it never lingers as a zombie of a long-lived server.
     let exited: Arc<Mutex<Option<std::process::ExitStatus>>> = Arc::default();

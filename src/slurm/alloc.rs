@@ -112,40 +112,38 @@ pub fn obtain(
             (job, true)
         }
     };
-    match wait_running(slurm, &job, notes) {
-        Ok(info) => {
-            let nodes = slurm.hostnames(&info.nodes)?;
-            if nodes.len() < wanted {
-                let why = format!(
-                    "Slurm job {job} has {} node(s) ({}), and the recipe asks for {wanted} (cluster.nodes); \
-                     give a larger allocation, or lower cluster.nodes",
-                    nodes.len(),
-                    info.nodes
-                );
-                if owned {
-                    cancel(slurm, &job);
-                }
-                return Err(SlurmError::Refused(why));
-            }
-            let nodes: Vec<String> = nodes.into_iter().take(wanted).collect();
-            let addrs = match slurm.node_addrs(&nodes) {
-                Ok(a) => a,
-                Err(e) => {
-                    if owned {
-                        cancel(slurm, &job);
-                    }
-                    return Err(e);
-                }
-            };
-            Ok(Allocation { job, owned, nodes, addrs })
-        }
+    match running_nodes(slurm, &job, wanted, notes) {
+        Ok((nodes, addrs)) => Ok(Allocation { job, owned, nodes, addrs }),
         Err(e) => {
+            // A job submitted for this run goes with its launch.
             if owned {
                 cancel(slurm, &job);
             }
             Err(e)
         }
     }
+}
+
+/// Once the job runs: its first `wanted` nodes and their addresses.
+fn running_nodes(
+    slurm: &Slurm,
+    job: &str,
+    wanted: usize,
+    notes: &dyn Fn(&str),
+) -> Result<(Vec<String>, Vec<String>), SlurmError> {
+    let info = wait_running(slurm, job, notes)?;
+    let nodes = slurm.hostnames(&info.nodes)?;
+    if nodes.len() < wanted {
+        return Err(SlurmError::Refused(format!(
+            "Slurm job {job} has {} node(s) ({}), and the recipe asks for {wanted} (cluster.nodes); \
+             give a larger allocation, or lower cluster.nodes",
+            nodes.len(),
+            info.nodes
+        )));
+    }
+    let nodes: Vec<String> = nodes.into_iter().take(wanted).collect();
+    let addrs = slurm.node_addrs(&nodes)?;
+    Ok((nodes, addrs))
 }
 
 /// Waits while the job pends (telling why, each time the reason changes); Err when it ends

@@ -4,7 +4,6 @@
 //! and runs the agent in the foreground: the agent is the step's task, so Slurm tracks it and
 //! its ranks, and cancelling the step takes all of them down.
 use super::agents::{OFFSET_ENV, SPEC_ENV};
-use crate::ids::Rank;
 use crate::paths::RunDirPaths;
 use crate::protocol::spec::AgentSpec;
 use anyhow::Context;
@@ -12,11 +11,9 @@ use std::path::PathBuf;
 
 /// This node's spec from the run's: the node's index is the step's offset plus Slurm's node id.
 pub fn node_spec(template: &AgentSpec, node: &str, index: u32) -> AgentSpec {
-    let rpn = template.recipe.cluster.ranks_per_node.max(1);
-    let first = index * rpn;
     let mut spec = template.clone();
     spec.node = node.to_string();
-    spec.ranks = (first..(first + rpn).min(template.world_size)).map(|r| (Rank(r), r - first)).collect();
+    spec.ranks = AgentSpec::node_ranks(index, template.recipe.cluster.ranks_per_node.max(1), template.world_size);
     spec.host_store = index == 0;
     spec.listen_tcp = Some("0.0.0.0".into());
     spec
@@ -61,6 +58,7 @@ pub fn main() -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::Rank;
 
     #[test]
     fn each_node_gets_its_block_of_ranks_and_only_node_0_hosts_the_store() {

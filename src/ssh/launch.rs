@@ -11,7 +11,7 @@ use super::quote::quote;
 use super::session::{self, Node};
 use super::trust::Verdict;
 use super::{Limits, SshError};
-use crate::ids::{Rank, RunId};
+use crate::ids::RunId;
 use crate::protocol::spec::{AgentSpec, ClientEnv, SAVE_GRACE_MS, STOP_GRACE_MS};
 use crate::recipe::Recipe;
 use serde::{Deserialize, Serialize};
@@ -110,13 +110,11 @@ impl Plan<'_> {
     }
 
     fn spec(&self, k: usize, exe: &str, ports: Ports) -> AgentSpec {
-        let rpn = self.recipe.cluster.ranks_per_node;
         let world = self.recipe.world_size();
-        let first = k as u32 * rpn;
         AgentSpec {
             run: self.run.clone(),
             node: self.targets[k].spec.clone(),
-            ranks: (first..(first + rpn).min(world)).map(|r| (Rank(r), r - first)).collect(),
+            ranks: AgentSpec::node_ranks(k as u32, self.recipe.cluster.ranks_per_node, world),
             world_size: world,
             // The first node's address as the launcher reached it: on a cluster network, how
             // the other nodes reach it too. Its agent binds the rendezvous store there.
