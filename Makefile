@@ -90,7 +90,7 @@ lint: deps $(TORCH_ENV)
 
 # Benchmarks against their references; results land in docs/benchmarks.md. Never part of
 # `make test`. BENCH_REPS / BENCH_HISTORY_REPS change the repetitions per side.
-.PHONY: bench bench-train bench-allreduce bench-overhead bench-history bench-fanout bench-tensorboard bench-parselog bench-torch bench-handshake bench-generate bench-transformers bench-export bench-charts
+.PHONY: bench bench-train bench-allreduce bench-overhead bench-history bench-fanout bench-slurm bench-tensorboard bench-parselog bench-torch bench-handshake bench-generate bench-transformers bench-export bench-charts
 bench: build bench-tensorboard bench-transformers
 	scripts/bench.sh all
 
@@ -130,6 +130,11 @@ bench-export: build
 # pdsh and sshd come from scripts/install-deps.sh (make deps, which make build runs).
 bench-fanout: build
 	scripts/bench.sh fanout
+
+# 1,024 light ranks on 128 fake Slurm nodes, Flightdeck against srun alone (as root; ~15 min;
+# not part of make bench).
+bench-slurm: build
+	scripts/bench.sh slurm
 
 # The Hugging Face Trainer, for the tests of real Trainer jobs (assets/examples/hf_trainer.py):
 # into the PyTorch venv, once.

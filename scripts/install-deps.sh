@@ -20,6 +20,8 @@ have ip || need+=(iproute2)
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
 # The SSH fan-out benchmark's reference (make bench-fanout).
 have pdsh || need+=(pdsh)
+# The 1,024-rank Slurm benchmark's light ranks (make bench-slurm): perl with Time::HiRes.
+perl -MTime::HiRes -e 1 >/dev/null 2>&1 || need+=(perl)
 # The Slurm placement's tests run a real Slurm (controller, fake nodes on loopback, munge);
 # without recommends: the metapackage's 43 plugin packages are not needed.
 slurm=()

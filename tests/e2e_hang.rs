@@ -305,7 +305,7 @@ fn stacks_of_four_ranks_come_back_grouped_and_the_run_goes_on() {
 }
 
 #[test]
-fn a_frozen_node_agent_is_a_lost_heartbeat() {
+fn a_frozen_node_agent_is_a_lost_node_by_its_heartbeat() {
     let db = Db::new();
     // Endless: a fast machine would otherwise finish its steps while the agent is stopped (ranks
     // drop telemetry rather than wait), and the run would end before the kill.
@@ -323,9 +323,9 @@ fn a_frozen_node_agent_is_a_lost_heartbeat() {
     let line = read_until(&mut lines, |l| l.starts_with(&format!("{id} verdict ")));
     // SAFETY: as above; the run must be able to end.
     assert_eq!(unsafe { libc::kill(agent, libc::SIGCONT) }, 0);
-    assert!(line.contains("verdict dead") && line.contains("heartbeat of node local lost"), "{line}");
-    let v = of_kind(&show(&db, &id), "dead")[0].clone();
+    assert!(line.contains("verdict node-lost") && line.contains("node local lost (no heartbeat for "), "{line}");
+    let v = of_kind(&show(&db, &id), "node-lost")[0].clone();
     assert_eq!(culprit_ranks(&v), [0, 1]);
-    latency("dead (heartbeat lost)", &v, stopped);
+    latency("node-lost (heartbeat)", &v, stopped);
     kill_and_finish(&db, child, lines, &id);
 }

@@ -2,7 +2,8 @@
 //! nodes on loopback addresses): tiny-gpt on 2 nodes × 1 rank through `cluster.launcher =
 //! "slurm"` gives a local 2-rank run's losses bit for bit and gives its job back; `kill` leaves
 //! no job and no process; Slurm's time-limit warning stops a run with a checkpoint and recovery
-//! resubmits it to finish bit-exact; a node whose slurmd and processes die is lost, named, before
+//! resubmits it to finish bit-exact; a hang on the second node's rank is named with that node;
+//! a node whose slurmd and processes die is a `node-lost` verdict naming it, before
 //! Slurm itself marks it down. Slots 0 to 9 are this file's.
 mod common;
 #[allow(dead_code)]
@@ -126,13 +127,22 @@ fn tiny_gpt_on_two_slurm_nodes_matches_a_local_run_and_kill_leaves_nothing() {
     // The run gave its job back: it ended COMPLETED (its holder told to finish), not cancelled.
     wait_no_jobs(&c);
 
+    // A hang injected on the second node's rank is named with that node's Slurm name; then
     // kill: the job goes and nothing of the run is left on any node.
-    let (mut child, _lines) = spawn_until_step(&db, &c, &slurm_run(dir.path(), "killed", 100_000, &[]), 2);
+    let hang = ["fault.kind=hang-before-collective", "fault.rank=1", "fault.step=4"];
+    let (mut child, mut lines) = spawn_until_step(&db, &c, &slurm_run(dir.path(), "hung", 100_000, &hang), 2);
     assert_eq!(c.jobs().len(), 1, "the run's own job: {:?}", c.jobs());
-    common::ok(&db.run(&["kill", "killed"]));
+    let line = read_until(&mut lines, |l| l.contains(" verdict "));
+    assert!(line.contains("verdict never-entered"), "{line}");
+    let show = db.json(&["show", "hung", "--json"]);
+    let verdict = &show["verdicts"].as_array().expect("verdicts")[0];
+    let culprit = &verdict["culprits"][0];
+    assert_eq!((culprit["rank"].as_u64(), culprit["host"].as_str()), (Some(1), Some("n2")), "{verdict}");
+    assert!(verdict["summary"].as_str().unwrap_or_default().contains("rank 1 (n2, pid "), "{verdict}");
+    common::ok(&db.run(&["kill", "hung"]));
     let status = child.wait().expect("wait");
     assert!(!status.success(), "a killed run's headless client exits non-zero");
-    assert_eq!(db.json(&["show", "killed", "--json"])["run"]["status"], "killed");
+    assert_eq!(db.json(&["show", "hung", "--json"])["run"]["status"], "killed");
     assert_nothing_left(&c);
     db.finish();
 }
@@ -193,7 +203,65 @@ fn a_dead_node_is_lost_by_name_before_slurm_marks_it_down() {
     assert_eq!(show["run"]["status"], "interrupted", "{}", show["run"]);
     let reason = show["run"]["reason"].as_str().unwrap_or_default();
     assert!(reason.contains("lost the agent on n2"), "{reason}");
+    // The verdict names the node and its rank; the rank on n1 waited for it and is no death.
+    let verdicts = show["verdicts"].as_array().expect("verdicts");
+    let kinds: Vec<&str> = verdicts.iter().filter_map(|v| v["kind"].as_str()).collect();
+    assert_eq!(kinds, ["node-lost"], "{verdicts:?}");
+    let v = &verdicts[0];
+    assert_eq!((v["culprits"][0]["rank"].as_u64(), v["culprits"][0]["host"].as_str()), (Some(1), Some("n2")), "{v}");
+    assert_eq!(v["waiting"], serde_json::json!([0]), "{v}");
+    assert!(v["summary"].as_str().unwrap_or_default().starts_with("node n2 lost ("), "{v}");
     c.restart_slurmd("n2");
     assert_nothing_left(&c);
+    db.finish();
+}
+
+#[test]
+fn doctor_slurm_checks_a_real_cluster_and_names_what_is_wrong() {
+    let test = "doctor_slurm_checks_a_real_cluster_and_names_what_is_wrong";
+    let Some(c) = Cluster::start_or_skip(test, 2, 3) else { return };
+    let db = Db::new();
+    let doctor = |sets: &[&str]| {
+        let mut args = vec!["doctor".to_string(), "--slurm".into()];
+        for s in sets {
+            args.extend(["--set".to_string(), s.to_string()]);
+        }
+        let out = cmd(&db, &c, &args).output().expect("doctor");
+        (out.status.success(), String::from_utf8_lossy(&out.stdout).to_string())
+    };
+    let line = |text: &str, name: &str| {
+        text.lines().find(|l| l.split_whitespace().next() == Some(name)).unwrap_or_default().to_string()
+    };
+
+    let (ok, text) = doctor(&[]);
+    assert!(ok, "{text}");
+    for name in ["commands", "controller", "partition", "nodes", "step", "node-torch", "node-dir"] {
+        assert!(line(&text, name).split_whitespace().nth(1) == Some("ok"), "{name}:\n{text}");
+    }
+    assert!(line(&text, "partition").contains("debug (the default): up, 2 nodes (2 idle)"), "{text}");
+    let step = line(&text, "step");
+    assert!(step.contains("a 1-node step ran ") && (step.ends_with(" s") && step.contains(" on n")), "{step}");
+    // The step is gone once doctor is: nothing holds a node.
+    wait_no_jobs(&c);
+
+    let (ok, text) = doctor(&["cluster.partition=gpu"]);
+    assert!(!ok, "{text}");
+    assert!(line(&text, "partition").contains("FAIL  no partition \"gpu\"; the cluster has: debug"), "{text}");
+    assert!(line(&text, "step").is_empty(), "no step without a partition: {text}");
+
+    let (ok, text) = doctor(&["cluster.nodes=3"]);
+    assert!(!ok, "{text}");
+    assert!(line(&text, "nodes").contains("debug has 2 nodes; the recipe asks for 3 (cluster.nodes)"), "{text}");
+
+    // A cluster that cannot be reached is the line that fails, saying why, at once (Slurm's
+    // clients would retry a missing config for a minute).
+    let mut broken = db.cmd(&["doctor", "--slurm"]);
+    broken.env("SLURM_CONF", c.dir().join("no-such-slurm.conf"));
+    let out = broken.output().expect("doctor");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(!out.status.success(), "{text}");
+    let controller = line(&text, "controller");
+    assert!(controller.contains("FAIL") && controller.contains("no-such-slurm.conf: no such file"), "{text}");
+    assert!(line(&text, "partition").is_empty(), "{text}");
     db.finish();
 }

@@ -1,7 +1,7 @@
 """`make bench*`: runs benchmarks side by side with their references, prints each table, and
 rewrites each one's section of docs/benchmarks.md (between `<!-- bench:NAME:begin/end -->`).
 
-usage: bench.py [train|allreduce|overhead|history|fanout|parselog|torch|handshake|generate|all]...   (scripts/bench.sh sets the tools)
+usage: bench.py [train|allreduce|overhead|history|fanout|parselog|torch|handshake|generate|slurm|all]...   (scripts/bench.sh sets the tools)
        bench.py charts   only redraw the charts from the doc's tables (make bench-charts)
 After each section is written, `fdbench charts` redraws docs/benchmarks/*.svg|png from the doc's
 tables and the `bench:charts` section that embeds them is refreshed.
@@ -22,6 +22,7 @@ import handshake
 import history
 import overhead
 import parselog
+import slurm_scale
 import torchjob
 import train
 from common import DOC, ROOT, Tools, loadavg, rel, stamp, write_section
@@ -37,7 +38,10 @@ BENCHES = {
     "torch": ("Real PyTorch jobs: the shim's cost and hang detection", torchjob, (), 0.12),
     "handshake": ("The run secret's handshake: ring forming and store latency", handshake, (), 0.02),
     "generate": ("GRPO generation against transformers' generate", generate, ("transformers",), 0.05),
+    "slurm": ("1,024 ranks through Slurm", slurm_scale, (), 1.0),
 }
+# Not in `all`: as root only, and about 15 minutes of its own (make bench-slurm).
+NOT_IN_ALL = {"slurm"}
 DEFAULT_BUDGET_S = 1080
 CHART_DIR = os.path.join(ROOT, "docs", "benchmarks")
 # The charts section: each PNG links to its SVG; paths are relative to docs/benchmarks.md.
@@ -80,7 +84,7 @@ def main(argv):
     if argv == ["charts"]:
         draw_charts(Tools.from_env())
         return
-    names = [n for a in argv for n in (BENCHES if a == "all" else [a])]
+    names = [n for a in argv for n in ([b for b in BENCHES if b not in NOT_IN_ALL] if a == "all" else [a])]
     unknown = [n for n in names if n not in BENCHES]
     if not names or unknown:
         sys.exit(f"bench: unknown benchmark {unknown or argv}; valid: {', '.join(BENCHES)}, all")

@@ -13,6 +13,7 @@ mod generate;
 mod handshake;
 mod history;
 mod roles;
+mod slurm_scale;
 mod tables;
 
 use anyhow::{bail, Context};
@@ -30,6 +31,9 @@ const USAGE: &str = "usage: fdbench SUBCOMMAND [ARGS]
   generate RECIPE_JSON THREADS REPS PROMPTS PROMPT_LEN NEW_TOKENS
                                     GRPO sampling: PROMPTS groups of group_size rows per repetition
   generate-split (the same)         the same loop's time per position: forward, logits to host, pick
+  slurm-scale FD_BIN NODES RANKS_PER_NODE STEPS_PER_S SECS REPS
+                                    light ranks through a fake Slurm: Flightdeck's launch, ingest,
+                                    server and cockpit against srun alone (benches/fdbench/slurm_scale.rs)
   charts DOC OUT_DIR                DOC's tables (docs/benchmarks.md) as charts: OUT_DIR/ratios and
                                     OUT_DIR/allreduce_busbw, each .svg and .png";
 
@@ -73,6 +77,18 @@ fn run(args: &[String]) -> anyhow::Result<()> {
             fanout::main(config.as_ref(), &hosts, command)
         }
         "handshake" => handshake::main(numbers(rest, 1, "handshake ROUNDS")?[0]),
+        "slurm-scale" => {
+            let usage = "slurm-scale FD_BIN NODES RANKS_PER_NODE STEPS_PER_S SECS REPS";
+            let [bin, nodes, per_node, rate, secs, reps] = rest else { bail!("expected {usage}\n{USAGE}") };
+            slurm_scale::main(&slurm_scale::Args {
+                fd_bin: std::fs::canonicalize(bin).with_context(|| format!("FD_BIN {bin}"))?,
+                nodes: parse_u64(nodes, "NODES")? as usize,
+                ranks_per_node: parse_u64(per_node, "RANKS_PER_NODE")? as usize,
+                steps_per_s: rate.parse().with_context(|| format!("STEPS_PER_S: {rate:?} is not a number"))?,
+                secs: parse_u64(secs, "SECS")?,
+                reps: parse_u64(reps, "REPS")? as usize,
+            })
+        }
         "generate" | "generate-split" => {
             let Some((recipe, n)) = rest.split_first() else {
                 bail!("{cmd} takes RECIPE_JSON THREADS REPS PROMPTS PROMPT_LEN NEW_TOKENS\n{USAGE}");

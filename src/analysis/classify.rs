@@ -72,21 +72,24 @@ pub fn hang(ranks: &BTreeMap<u32, RankState>, since_ms: u64, now_ms: u64) -> Ver
     verdict(VerdictKind::NeverEntered, culprits, None, Vec::new(), since_ms, now_ms, summary)
 }
 
-/// The node's agent sent nothing (not even its heartbeat) since `since_ms`.
-pub fn heartbeat_lost(ranks: &BTreeMap<u32, RankState>, since_ms: u64, now_ms: u64) -> Verdict {
-    let secs = secs(now_ms - since_ms.min(now_ms));
-    let culprits: Vec<Culprit> = ranks
-        .iter()
-        .filter(|(_, r)| r.live())
-        .map(|(k, r)| culprit(*k, r, format!("node agent silent for {secs}")))
-        .collect();
-    let hosts: Vec<&str> = {
-        let mut h: Vec<&str> = culprits.iter().map(|c| c.host.as_str()).collect();
-        h.dedup();
-        h
-    };
-    let summary = format!("heartbeat of node {} lost {secs} ago: {} unreachable", hosts.join(", "), who(&culprits));
-    verdict(VerdictKind::Dead, culprits, None, Vec::new(), since_ms, now_ms, summary)
+/// The ranks on `nodes` are unreachable: their agents are gone or silent (`why`) since `since_ms`.
+/// Names the nodes by host and, as waiting, the live ranks elsewhere.
+pub fn node_lost(ranks: &BTreeMap<u32, RankState>, nodes: &[usize], why: &str, since_ms: u64, now_ms: u64) -> Verdict {
+    let (lost, others): (Vec<_>, Vec<_>) =
+        ranks.iter().filter(|(_, r)| r.live()).partition(|(_, r)| nodes.contains(&r.node));
+    let culprits: Vec<Culprit> =
+        lost.iter().map(|(k, r)| culprit(**k, r, format!("on lost node {} ({why})", r.host))).collect();
+    let mut hosts: Vec<&str> = culprits.iter().map(|c| c.host.as_str()).collect();
+    hosts.sort_unstable();
+    hosts.dedup();
+    let waiting: Vec<u32> = others.iter().map(|(k, _)| **k).collect();
+    let summary = format!(
+        "node {} lost ({why}): {} unreachable; {} waiting",
+        hosts.join(", "),
+        who(&culprits),
+        count(waiting.len())
+    );
+    verdict(VerdictKind::NodeLost, culprits, None, waiting, since_ms, now_ms, summary)
 }
 
 /// `rank` exited abnormally at `since_ms` while its peers still needed it.
@@ -232,7 +235,7 @@ fn count(n: usize) -> String {
     format!("{n} {}", if n == 1 { "rank" } else { "ranks" })
 }
 
-fn secs(ms: u64) -> String {
+pub fn secs(ms: u64) -> String {
     format!("{:.1} s", ms as f64 / 1000.0)
 }
 

@@ -1,7 +1,7 @@
 //! Hang and straggler detection over one live run: pure logic, fed with timestamped frames.
 //!
 //! The server's link task owns one `Analyzer` per run and feeds it every agent event with the
-//! moment it arrived (`observe`), and calls `tick` on a timer. Liveness is judged on *arrival*
+//! moment it arrived and the node it came from (`observe`), and calls `tick` on a timer. Liveness is judged on *arrival*
 //! times (the server's clock), so a replay after a server restart does not look like a hang;
 //! skew and durations use the ranks' own timestamps. Nothing here does I/O, so the tests feed
 //! it recorded sequences.
@@ -26,7 +26,7 @@ pub struct Config {
     pub hang_k: f64,
     pub straggler_margin_pct: f64,
     pub straggler_window_steps: usize,
-    /// No frame at all from the node's agent (it sends a heartbeat every second) for this long
+    /// No frame at all from a node's agent (it sends a heartbeat every second) for this long
     /// means the node is lost.
     pub heartbeat_lost_ms: u64,
 }
@@ -63,6 +63,8 @@ const CONFIRM_MS: u64 = 1000;
 #[derive(Clone, Debug, Default)]
 pub struct RankState {
     pub host: String,
+    /// The index of the node whose agent runs it (the order of the run's hosts).
+    pub node: usize,
     pub pid: Option<u32>,
     pub phase: Option<Phase>,
     pub phase_since_ms: u64,
@@ -104,10 +106,14 @@ pub struct Analyzer {
     /// A step has completed, so the median step time means something.
     stepped: bool,
     last_progress_ms: u64,
-    last_frame_ms: u64,
+    /// When each node's agent was last heard from (any frame), by node index.
+    heard_ms: BTreeMap<usize, u64>,
+    /// When the analysis began: a node not heard from yet counts from here.
+    started_ms: u64,
     step_times: VecDeque<f64>,
-    /// The hang verdict that holds now, and whether it is the heartbeat's.
-    hang: Option<(Verdict, bool)>,
+    /// The hang verdict that holds now, and the silent nodes it is about when it is the
+    /// heartbeat's (a frame from one of them clears it).
+    hang: Option<(Verdict, Vec<usize>)>,
     /// A stop or kill was asked for, or the run ended: exits are expected now.
     ending: bool,
     /// A rank that exited abnormally: (rank, when, the ranks still live then).
@@ -139,7 +145,8 @@ impl Analyzer {
             armed: false,
             stepped: false,
             last_progress_ms: now_ms,
-            last_frame_ms: now_ms,
+            heard_ms: BTreeMap::new(),
+            started_ms: now_ms,
             step_times: VecDeque::new(),
             hang: None,
             ending: false,
@@ -185,17 +192,18 @@ impl Analyzer {
         self.pending_dead = None;
     }
 
-    /// Takes in one agent event that arrived at `now_ms`; returns verdicts it settles at once.
-    pub fn observe(&mut self, now_ms: u64, event: &AgentEvent) -> Vec<Verdict> {
-        self.last_frame_ms = now_ms;
-        if self.hang.as_ref().is_some_and(|(_, heartbeat)| *heartbeat) {
+    /// Takes in one event that arrived at `now_ms` from node `node`'s agent; returns verdicts it
+    /// settles at once.
+    pub fn observe(&mut self, now_ms: u64, node: usize, event: &AgentEvent) -> Vec<Verdict> {
+        self.heard_ms.insert(node, now_ms);
+        if self.hang.as_ref().is_some_and(|(_, silent)| silent.contains(&node)) {
             self.hang = None;
         }
         let mut out = Vec::new();
         match event {
             AgentEvent::RankStarted { rank, pid, host, .. } => {
                 let r = self.ranks.entry(rank.0).or_default();
-                (r.pid, r.host) = (Some(*pid), host.clone());
+                (r.pid, r.host, r.node) = (Some(*pid), host.clone(), node);
                 self.progress(now_ms);
             }
             AgentEvent::Rank { rank, msg } => out = self.rank_msg(now_ms, rank.0, msg),
@@ -339,22 +347,52 @@ impl Analyzer {
         if self.ending || self.hang.is_some() || !self.ranks.values().any(RankState::live) {
             return out;
         }
-        if now_ms.saturating_sub(self.last_frame_ms) >= self.cfg.heartbeat_lost_ms {
-            let v = classify::heartbeat_lost(&self.ranks, self.last_frame_ms, now_ms);
-            self.hang = Some((v.clone(), true));
+        let lost = self.silent_nodes(now_ms, self.cfg.heartbeat_lost_ms);
+        if let Some(since) = lost.iter().map(|(_, since)| *since).min() {
+            let nodes: Vec<usize> = lost.iter().map(|(n, _)| *n).collect();
+            let secs = classify::secs(now_ms.saturating_sub(since));
+            let v = classify::node_lost(&self.ranks, &nodes, &format!("no heartbeat for {secs}"), since, now_ms);
+            self.hang = Some((v.clone(), nodes));
             out.push(v);
             return out;
         }
-        let silent = now_ms.saturating_sub(self.last_frame_ms) >= SILENT_MS;
+        // A node silent for a few heartbeats says nothing about its ranks' progress: the
+        // heartbeat rule decides then, not the hang rule.
+        let silent = !self.silent_nodes(now_ms, SILENT_MS).is_empty();
         if self.armed && !silent && now_ms.saturating_sub(self.last_progress_ms) >= self.hang_threshold_ms() {
             // A PyTorch program's recorders, matched per process group, say more when they have it.
             let since = self.last_progress_ms;
             let v =
                 torch::judge(&self.ranks, since, now_ms).unwrap_or_else(|| classify::hang(&self.ranks, since, now_ms));
-            self.hang = Some((v.clone(), false));
+            self.hang = Some((v.clone(), Vec::new()));
             out.push(v);
         }
         out
+    }
+
+    /// The nodes with live ranks not heard from for `ms`, with when each was last heard.
+    fn silent_nodes(&self, now_ms: u64, ms: u64) -> Vec<(usize, u64)> {
+        let nodes: std::collections::BTreeSet<usize> =
+            self.ranks.values().filter(|r| r.live()).map(|r| r.node).collect();
+        nodes
+            .into_iter()
+            .map(|n| (n, self.heard_ms.get(&n).copied().unwrap_or(self.started_ms)))
+            .filter(|(_, heard)| now_ms.saturating_sub(*heard) >= ms)
+            .collect()
+    }
+
+    /// Node `node`'s agent is gone for certain (its port refused the reconnect): its live ranks
+    /// are lost with it, at once. The exits that follow (the others, killed) are its doing. None
+    /// when the run is ending or the node had no live rank left.
+    pub fn node_lost(&mut self, now_ms: u64, node: usize, why: &str) -> Option<Verdict> {
+        if self.ending || !self.ranks.values().any(|r| r.live() && r.node == node) {
+            return None;
+        }
+        let since = self.heard_ms.get(&node).copied().unwrap_or(self.started_ms);
+        let v = classify::node_lost(&self.ranks, &[node], why, since, now_ms);
+        (self.pending_dead, self.dead_given) = (None, true);
+        self.hang = Some((v.clone(), Vec::new()));
+        Some(v)
     }
 
     /// The run ended: settle what was pending now, and judge nothing more.
@@ -378,7 +416,7 @@ impl Analyzer {
                 let v = torch::judge(&self.ranks, since, now_ms)
                     .filter(|v| v.kind == VerdictKind::Mismatch)
                     .unwrap_or_else(|| classify::mismatch(&self.ranks, seq, since, now_ms));
-                self.hang = Some((v.clone(), false));
+                self.hang = Some((v.clone(), Vec::new()));
                 out.push(v);
             }
         }
@@ -389,7 +427,7 @@ impl Analyzer {
                 self.pending_dead = None;
                 self.dead_given = true;
                 let v = classify::dead(&self.ranks, rank, waiting, since, now_ms);
-                self.hang = Some((v.clone(), false));
+                self.hang = Some((v.clone(), Vec::new()));
                 out.push(v);
             }
         }
@@ -399,12 +437,12 @@ impl Analyzer {
     /// Stacks can single out the rank of a collective that every rank entered: the one whose
     /// stack differs from all the others'. Returns the sharpened verdict when they do.
     pub fn refine_with_stacks(&mut self, groups: &[StackGroup]) -> Option<Verdict> {
-        let (current, heartbeat) = self.hang.as_ref()?;
-        if current.kind != VerdictKind::StuckInCollective || *heartbeat {
+        let (current, silent) = self.hang.as_ref()?;
+        if current.kind != VerdictKind::StuckInCollective || !silent.is_empty() {
             return None;
         }
         let v = classify::single_out(current, groups, &self.ranks)?;
-        self.hang = Some((v.clone(), false));
+        self.hang = Some((v.clone(), Vec::new()));
         Some(v)
     }
 }

@@ -13,8 +13,12 @@ struct Sim {
     seq: u64,
     step: u64,
     given: Vec<Verdict>,
-    /// The agent's heartbeat every second while the clock runs (off to test its loss).
+    /// The agents' heartbeats every second while the clock runs (off to test their loss).
     beats: bool,
+    /// Rank r runs on node r % nodes.
+    nodes: u32,
+    /// A node whose agent went silent: no frame from it at all.
+    silent: Option<u32>,
 }
 
 /// The analysis settings every test here and in `torch_tests` runs with.
@@ -29,11 +33,17 @@ pub(super) fn config() -> Config {
 }
 
 fn sim(world: u32) -> Sim {
+    sim_on(world, 1)
+}
+
+/// `world` ranks on `nodes` nodes named n0, n1, ... (one node is "local").
+fn sim_on(world: u32, nodes: u32) -> Sim {
     let cfg = config();
-    let mut s =
-        Sim { a: Analyzer::new(cfg, world, T0), now: T0, world, seq: 0, step: 0, given: Vec::new(), beats: true };
+    let a = Analyzer::new(cfg, world, T0);
+    let mut s = Sim { a, now: T0, world, seq: 0, step: 0, given: Vec::new(), beats: true, nodes, silent: None };
     for r in 0..world {
-        s.ev(AgentEvent::RankStarted { rank: Rank(r), local_rank: r, pid: 100 + r, host: "local".into() });
+        let host = if nodes == 1 { "local".to_string() } else { format!("n{}", r % nodes) };
+        s.ev(AgentEvent::RankStarted { rank: Rank(r), local_rank: r / nodes, pid: 100 + r, host });
         s.phase(r, 0, Phase::Init);
     }
     s
@@ -56,7 +66,19 @@ fn record(seq: u64, step: u64, elements: u64, start_ms: u64, done_ms: Option<u64
 
 impl Sim {
     fn ev(&mut self, e: AgentEvent) {
-        let v = self.a.observe(self.now, &e);
+        let rank = match &e {
+            AgentEvent::RankStarted { rank, .. }
+            | AgentEvent::Rank { rank, .. }
+            | AgentEvent::RankExited { rank, .. } => Some(rank.0),
+            _ => None,
+        };
+        self.ev_from(rank.map_or(0, |r| r % self.nodes), e);
+    }
+    fn ev_from(&mut self, node: u32, e: AgentEvent) {
+        if self.silent == Some(node) {
+            return;
+        }
+        let v = self.a.observe(self.now, node as usize, &e);
         self.given.extend(v);
     }
     fn msg(&mut self, rank: u32, msg: RankMsg) {
@@ -75,7 +97,9 @@ impl Sim {
             let before = self.now;
             self.now = (self.now + 100).min(to);
             if self.beats && before / 1000 != self.now / 1000 {
-                self.ev(AgentEvent::Heartbeat);
+                for node in 0..self.nodes {
+                    self.ev_from(node, AgentEvent::Heartbeat);
+                }
             }
             let v = self.a.tick(self.now);
             self.given.extend(v);
@@ -318,20 +342,67 @@ fn silence_from_the_node_is_a_lost_heartbeat_and_a_frame_clears_it() {
     s.wait_until(since + 9_900);
     assert!(s.given.is_empty(), "{:#?}", s.given);
     s.wait_until(since + 10_100);
-    assert_eq!(s.kinds(), [VerdictKind::Dead]);
-    assert!(s.given[0].summary.contains("heartbeat of node local lost"), "{}", s.given[0].summary);
+    assert_eq!(s.kinds(), [VerdictKind::NodeLost]);
+    assert!(s.given[0].summary.starts_with("node local lost (no heartbeat for 10.0 s)"), "{}", s.given[0].summary);
     assert_eq!(s.given[0].culprits.len(), 2);
     s.ev(AgentEvent::Heartbeat);
     assert!(s.a.active().is_empty());
 }
 
 #[test]
+fn one_silent_node_among_beating_ones_is_lost_by_name_and_only_its_frames_clear_it() {
+    let mut s = sim_on(4, 2);
+    s.steady(3);
+    s.silent = Some(1);
+    let since = s.now;
+    // Node 0 beats on; node 1 (ranks 1 and 3) says nothing. Its ranks' silence is no hang.
+    s.wait_until(since + 9_900);
+    assert!(s.given.is_empty(), "{:#?}", s.given);
+    s.wait_until(since + 10_100);
+    assert_eq!(s.kinds(), [VerdictKind::NodeLost]);
+    let v = &s.given[0];
+    assert_eq!(v.culprits.iter().map(|c| c.rank).collect::<Vec<_>>(), [1, 3]);
+    assert!(v.culprits.iter().all(|c| c.host == "n1"), "{:?}", v.culprits);
+    assert_eq!(v.waiting, [0, 2]);
+    assert!(v.summary.starts_with("node n1 lost (no heartbeat for 10.0 s): ranks 1 (n1, pid 101), 3"), "{}", v.summary);
+    // Node 0's heartbeat does not clear it; node 1's does.
+    s.wait_until(s.now + 2_000);
+    assert_eq!(s.a.active().len(), 1);
+    s.silent = None;
+    s.ev_from(1, AgentEvent::Heartbeat);
+    assert!(s.a.active().is_empty());
+}
+
+#[test]
+fn a_node_whose_agent_is_gone_is_lost_at_once_and_the_kills_that_follow_are_not_deaths() {
+    let mut s = sim_on(4, 2);
+    s.steady(3);
+    let v = s.a.node_lost(s.now, 1, "its agent's port refused the reconnect").expect("a verdict");
+    assert_eq!(v.kind, VerdictKind::NodeLost);
+    assert_eq!(v.culprits.iter().map(|c| c.rank).collect::<Vec<_>>(), [1, 3]);
+    assert!(v.summary.starts_with("node n1 lost (its agent's port refused the reconnect)"), "{}", v.summary);
+    assert_eq!(s.a.active().len(), 1);
+    // The server kills node 0's ranks: their exits are the loss's doing, not new deaths.
+    for r in [0, 2] {
+        s.ev(AgentEvent::RankExited { rank: Rank(r), pid: 100 + r, status: ExitStatus::Signal(9), last_error: None });
+    }
+    s.wait_until(s.now + 5_000);
+    assert!(s.given.is_empty(), "{:#?}", s.given);
+    assert!(s.a.finish(s.now).is_empty());
+    // Once ending, a loss is no verdict.
+    let mut t = sim_on(2, 2);
+    t.steady(2);
+    t.a.ending();
+    assert!(t.a.node_lost(t.now, 1, "gone").is_none());
+}
+
+#[test]
 fn ranks_that_report_nothing_are_never_judged_by_progress() {
     let cfg = Config::from_recipe(&crate::recipe::Analysis::default());
     let mut a = Analyzer::new(cfg, 2, T0);
-    a.observe(T0, &AgentEvent::RankStarted { rank: Rank(0), local_rank: 0, pid: 1, host: "local".into() });
+    a.observe(T0, 0, &AgentEvent::RankStarted { rank: Rank(0), local_rank: 0, pid: 1, host: "local".into() });
     for t in (0..120).map(|i| T0 + i * 1000) {
-        a.observe(t, &AgentEvent::Heartbeat);
+        a.observe(t, 0, &AgentEvent::Heartbeat);
         assert!(a.tick(t).is_empty());
     }
 }

@@ -91,12 +91,12 @@ fn a_torch_job_that_hung_before_the_first_look_gets_no_start_up_slack_once_its_l
     let mut a = Analyzer::new(cfg.clone(), 2, 1_000);
     // Rank 0 is inside all_reduce #8, which repeats the #7 it completed: past its start-up.
     let snapshot = Box::new(ranks[&0].torch.clone().expect("rank 0's dump"));
-    a.observe(1_000, &AgentEvent::TorchFlight { rank: crate::ids::Rank(0), snapshot });
+    a.observe(1_000, 0, &AgentEvent::TorchFlight { rank: crate::ids::Rank(0), snapshot });
     assert_eq!(a.hang_threshold_ms(), 5000, "the floor, not the start-up slack");
     // Only init collectives done and nothing open that repeats: still starting, slack applies.
     let mut b = Analyzer::new(cfg, 2, 1_000);
     let mut early = ranks[&1].torch.clone().expect("rank 1's dump");
     early.dump.entries.retain(|e| e.finished());
-    b.observe(1_000, &AgentEvent::TorchFlight { rank: crate::ids::Rank(1), snapshot: Box::new(early) });
+    b.observe(1_000, 0, &AgentEvent::TorchFlight { rank: crate::ids::Rank(1), snapshot: Box::new(early) });
     assert!(b.hang_threshold_ms() > 5000, "{}", b.hang_threshold_ms());
 }

@@ -2,7 +2,7 @@
 use crate::paths::DbPaths;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Level {
+pub(super) enum Level {
     Ok,
     /// Works without it, with less (e.g. no GPU telemetry).
     Warn,
@@ -10,10 +10,10 @@ enum Level {
     Fail,
 }
 
-struct Check {
-    name: &'static str,
-    level: Level,
-    detail: String,
+pub(super) struct Check {
+    pub name: &'static str,
+    pub level: Level,
+    pub detail: String,
 }
 
 /// `flightdeck doctor [--hosts ...] [--json]`.
@@ -35,9 +35,16 @@ pub struct DoctorArgs {
     /// This machine's checks as JSON (what `doctor --hosts` reads from each node).
     #[arg(long)]
     pub json: bool,
+    /// Check the Slurm cluster instead: its commands, controller, the partition (the recipe's
+    /// or the default), enough nodes, and that a 1-node step runs Flightdeck on a node.
+    #[arg(long, conflicts_with = "hosts")]
+    pub slurm: bool,
 }
 
 pub fn main(db: &DbPaths, args: DoctorArgs) -> anyhow::Result<i32> {
+    if args.slurm {
+        return super::doctor_slurm::run(args);
+    }
     if !args.hosts.is_empty() || args.recipe.is_some() {
         return super::doctor_hosts::run(args);
     }
@@ -63,6 +70,11 @@ pub fn doctor(db: &DbPaths, json: bool) -> i32 {
         detail,
     }));
     checks.extend([gpus(), database(db), disk(db), ports(), stack_tools(), ssh()]);
+    print(&checks, json)
+}
+
+/// The checks as a table (or JSON); the exit code: failure when any check failed.
+pub(super) fn print(checks: &[Check], json: bool) -> i32 {
     if json {
         let list: Vec<serde_json::Value> = checks
             .iter()
@@ -71,7 +83,7 @@ pub fn doctor(db: &DbPaths, json: bool) -> i32 {
         println!("{}", serde_json::json!({"version": 1, "checks": list}));
     } else {
         println!("{:<10} {:<5} DETAIL", "CHECK", "STATE");
-        for c in &checks {
+        for c in checks {
             println!("{:<10} {:<5} {}", c.name, level_name(c.level), c.detail);
         }
     }
@@ -141,7 +153,7 @@ fn ports() -> Check {
     }
 }
 
-fn on_path(tool: &str) -> bool {
+pub(super) fn on_path(tool: &str) -> bool {
     std::env::var_os("PATH").map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file())).unwrap_or(false)
 }
 

@@ -12,8 +12,9 @@ use crate::ssh::{config, fanout, session, Limits, SshError};
 /// The table's columns after HOST, in order.
 const COLUMNS: [&str; 8] = ["reach", "auth", "binary", "libtorch", "nvml", "gpus", "ports", "disk"];
 
-/// Without --recipe: a stand-in recipe that only carries `--hosts` and `--set` cluster keys.
-const DOCTOR_RECIPE: &str = "name = \"doctor\"\nkind = \"command\"\n[command]\nargv = [\"true\"]\n";
+/// Without --recipe: a stand-in recipe that only carries `--hosts` (or `--slurm`) and `--set`
+/// cluster keys.
+pub(super) const DOCTOR_RECIPE: &str = "name = \"doctor\"\nkind = \"command\"\n[command]\nargv = [\"true\"]\n";
 
 /// One cell: state (`ok`, `warn`, `FAIL`, `-` = not reached) and its detail.
 type Cell = (String, String);

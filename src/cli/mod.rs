@@ -3,6 +3,7 @@ mod ckpts;
 mod doctor;
 mod doctor_gpu;
 mod doctor_hosts;
+mod doctor_slurm;
 mod export;
 mod import;
 mod output;

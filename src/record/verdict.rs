@@ -3,7 +3,8 @@ use super::{CollectiveOp, Phase};
 use crate::ids::Step;
 use serde::{Deserialize, Serialize};
 
-/// The classes of verdict (DESIGN §9). The first four are hangs; a straggler is slow, not stuck.
+/// The classes of verdict (DESIGN §9). All but the straggler are hangs; a straggler is slow, not
+/// stuck.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum VerdictKind {
@@ -11,8 +12,11 @@ pub enum VerdictKind {
     NeverEntered,
     /// Every rank entered the collective and none completed it.
     StuckInCollective,
-    /// A rank exited (or its node's heartbeat was lost) while its peers still needed it.
+    /// A rank exited while its peers still needed it.
     Dead,
+    /// A node's agent is gone (its port refuses the reconnect) or silent past the heartbeat
+    /// limit: its ranks are unreachable, named with the node.
+    NodeLost,
     /// Ranks disagree on the op or size of one sequence number.
     Mismatch,
     /// A rank is consistently slower than the median, by the recipe's margin.
@@ -25,6 +29,7 @@ impl VerdictKind {
             VerdictKind::NeverEntered => "never-entered",
             VerdictKind::StuckInCollective => "stuck-in-collective",
             VerdictKind::Dead => "dead",
+            VerdictKind::NodeLost => "node-lost",
             VerdictKind::Mismatch => "mismatch",
             VerdictKind::Straggler => "straggler",
         }

@@ -105,6 +105,7 @@ pub async fn attach_nodes(
             killed_for_hang: false,
             time_limited,
             taken_up: false,
+            lag: super::lag::IngestLag::new(std::time::Instant::now()),
         };
         if let Err(e) = link.run(in_rx, cmd_rx, stacks_rx).await {
             tracing::warn!("run {run}: link failed: {e}");
@@ -169,6 +170,8 @@ struct Link {
     time_limited: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// Whether the run's end was handed to recovery (once).
     taken_up: bool,
+    /// How far the store is behind the agents, logged each window.
+    lag: super::lag::IngestLag,
 }
 
 /// A stack dump in progress: who waits, how many nodes have yet to answer, what came so far.
@@ -200,10 +203,7 @@ impl Link {
                     Some(Incoming::Up(k, after)) => {
                         self.note(format!("reconnected to {}; replaying after frame {after}", self.nodes[k].host))
                     }
-                    Some(Incoming::Lost(k, why)) => {
-                        self.nodes[k].lost = Some(why);
-                        self.command_others(k, AgentCommand::Kill);
-                    }
+                    Some(Incoming::Lost(k, why)) => self.node_lost(k, why).await?,
                     None => break,
                 },
                 _ = tick.tick() => {
@@ -308,6 +308,25 @@ impl Link {
         }
     }
 
+    /// Node `k`'s agent is gone: its ranks get a `node-lost` verdict naming it (after whatever
+    /// it sent before it went), and the other nodes are killed, since no rank of theirs can
+    /// finish a collective without it.
+    async fn node_lost(&mut self, k: usize, why: String) -> anyhow::Result<()> {
+        self.flush().await?;
+        if self.tracker.state.record.status.is_live() {
+            let mut batch = Batch::default();
+            self.tracker.node_lost(k, &why, &mut batch);
+            if !batch.is_empty() {
+                self.ingest.write(batch).await.map_err(anyhow::Error::msg)?;
+                self.publish(false);
+            }
+        }
+        self.nodes[k].lost = Some(why);
+        self.after_batch().await?;
+        self.command_others(k, AgentCommand::Kill);
+        Ok(())
+    }
+
     fn command_others(&self, k: usize, cmd: AgentCommand) {
         for (i, n) in self.nodes.iter().enumerate() {
             if i != k && !n.done() {
@@ -339,6 +358,13 @@ impl Link {
             batch.runs.push(self.tracker.state.record.clone());
         }
         self.ingest.write(batch).await.map_err(anyhow::Error::msg)?;
+        let durable_ms = unix_ms();
+        for f in taken.iter().flat_map(|(_, frames)| frames) {
+            self.lag.durable(durable_ms, f.t_ms);
+        }
+        if let Some(window) = self.lag.take_window(std::time::Instant::now()) {
+            tracing::info!("run {}: {window}", self.tracker.state.record.id);
+        }
         for (k, frames) in taken {
             let last = frames.last().map(|f| f.seq).unwrap_or(0);
             // The node task sends the ack; an agent that has just exited no longer needs it.

@@ -6,6 +6,7 @@ mod import;
 mod incident;
 mod ingest;
 mod init;
+mod lag;
 pub(crate) mod launch;
 mod link;
 mod placement;

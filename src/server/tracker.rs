@@ -50,7 +50,7 @@ impl Tracker {
     pub fn apply(&mut self, node: usize, frames: &[AgentFrame], batch: &mut Batch) {
         let mut touched: BTreeSet<u32> = BTreeSet::new();
         for f in frames {
-            self.apply_one(f, batch, &mut touched);
+            self.apply_one(node, f, batch, &mut touched);
         }
         if let (Some(last), Some(slot)) = (frames.last(), self.state.record.acked_seq.get_mut(node)) {
             *slot = last.seq;
@@ -95,6 +95,17 @@ impl Tracker {
         }
     }
 
+    /// Node `node`'s agent is gone for certain: a `node-lost` verdict for its ranks, if it had any
+    /// live ones.
+    pub fn node_lost(&mut self, node: usize, why: &str, batch: &mut Batch) {
+        let verdicts: Vec<Verdict> = self.analyzer.node_lost(unix_ms(), node, why).into_iter().collect();
+        if !verdicts.is_empty() {
+            self.give(verdicts, batch);
+            self.settle_hang();
+            batch.runs.push(self.state.record.clone());
+        }
+    }
+
     /// `Hung` while a hang verdict holds, `Running` again once progress resumes.
     fn settle_hang(&mut self) {
         let hung = self.analyzer.active().iter().any(|v| v.kind.is_hang());
@@ -116,10 +127,10 @@ impl Tracker {
     /// One frame: the analysis sees it first (its verdicts come before the frame's own events),
     /// then the fold; what only the history keeps (points, collectives, logs, checkpoints) is
     /// added here.
-    fn apply_one(&mut self, f: &AgentFrame, batch: &mut Batch, touched: &mut BTreeSet<u32>) {
+    fn apply_one(&mut self, node: usize, f: &AgentFrame, batch: &mut Batch, touched: &mut BTreeSet<u32>) {
         let run = self.run();
         let now = unix_ms();
-        let verdicts = self.analyzer.observe(now, &f.event);
+        let verdicts = self.analyzer.observe(now, node, &f.event);
         self.give(verdicts, batch);
         if let AgentEvent::RunEnded { .. } = &f.event {
             // Deaths and mismatches seen just before the end are settled now, before it.

@@ -22,13 +22,17 @@ pub fn node_spec(template: &AgentSpec, node: &str, index: u32) -> AgentSpec {
 /// The node's run directory: `cluster.remote_dir` (relative: under the home directory) /runs/
 /// RUN/NODE (the node's name keeps nodes apart on a shared home).
 pub fn run_dir(remote_dir: &str, run: &crate::ids::RunId, node: &str) -> PathBuf {
+    base_dir(remote_dir).join("runs").join(run.as_str()).join(node)
+}
+
+/// `cluster.remote_dir` on a node: as given when absolute, else under the home directory.
+pub fn base_dir(remote_dir: &str) -> PathBuf {
     let base = PathBuf::from(remote_dir);
-    let base = if base.is_absolute() {
+    if base.is_absolute() {
         base
     } else {
         std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/tmp")).join(base)
-    };
-    base.join("runs").join(run.as_str()).join(node)
+    }
 }
 
 pub fn main() -> anyhow::Result<()> {

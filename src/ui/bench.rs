@@ -147,9 +147,7 @@ fn peak_rss_mb() -> f64 {
     kb.unwrap_or(0.0) / 1024.0
 }
 
-fn pct(sorted: &[f64], p: f64) -> f64 {
-    sorted.get(((sorted.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or(0.0)
-}
+use super::frame_stats::percentile as pct;
 
 pub async fn run(args: BenchArgs) -> anyhow::Result<i32> {
     let (keymap, layouts) = super::load_config()?;

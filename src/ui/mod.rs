@@ -7,6 +7,7 @@ pub mod bench;
 pub mod config;
 pub mod effects;
 pub mod fmt;
+pub mod frame_stats;
 pub mod groups;
 pub mod hang;
 mod input;
@@ -65,6 +66,8 @@ pub async fn run(db: &DbPaths, start: Start) -> anyhow::Result<i32> {
     let mut tick = tokio::time::interval(FRAME);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut dirty = true;
+    let stats_file = frame_stats::requested();
+    let mut stats = frame_stats::FrameStats::default();
     loop {
         for cmd in app.effects.take() {
             link.handle(cmd);
@@ -94,14 +97,25 @@ pub async fn run(db: &DbPaths, start: Start) -> anyhow::Result<i32> {
             }
             _ = tick.tick() => {
                 dirty |= app.on_tick();
+                if stats_file.is_some() {
+                    stats.queued(rx.len());
+                }
                 if dirty {
+                    let t = std::time::Instant::now();
                     term.draw(|f| f.render_widget(&app, f.area()))?;
+                    if stats_file.is_some() {
+                        stats.frame(t.elapsed());
+                    }
                     dirty = false;
                 }
             }
             _ = sigterm.recv() => break,
             _ = sighup.recv() => break,
         }
+    }
+    if let Some(path) = stats_file {
+        std::fs::write(&path, format!("{}\n", stats.summary()))
+            .map_err(|e| anyhow::anyhow!("writing {} ({}): {e}", path.display(), frame_stats::ENV))?;
     }
     Ok(0)
 }
