@@ -48,9 +48,9 @@ def run(tools, deadline, out=print):
             f"{med(col(ref, 'srun_cpu_pct')) / max(med(col(fd, 'server_cpu_pct')), 1e-9):.2f}",
         ],
         [
-            "collector memory (MB): server RSS at the end / srun RSS",
-            spread(col(fd, "server_rss_mb"), "{:.0f}"),
-            spread(col(ref, "srun_rss_mb"), "{:.0f}"),
+            "collector memory (MB, proportional set size at the end): server / srun",
+            spread(col(fd, "server_pss_mb"), "{:.0f}"),
+            spread(col(ref, "srun_pss_mb"), "{:.0f}"),
             "",
         ],
         ["server peak RSS (MB)", spread(col(fd, "server_hwm_mb"), "{:.0f}"), "—", ""],
@@ -60,7 +60,7 @@ def run(tools, deadline, out=print):
             spread(col(ref, "stepds_cpu_pct"), "{:.0f}"),
             "",
         ],
-        ["agents' RSS, all 128 (MB)", spread(col(fd, "agents_rss_mb"), "{:.0f}"), "—", ""],
+        ["agents' memory, all 128 together (MB, proportional set size)", spread(col(fd, "agents_pss_mb"), "{:.0f}"), "—", ""],
         ["frames made durable per second (10 s windows)", spread(lag("frames_per_s"), "{:,.0f}"), "—", ""],
         [
             "store lag behind the agents, p50 / p99 / max of each 10 s window (ms)",

@@ -75,8 +75,11 @@ pub fn main(args: &Args) -> anyhow::Result<()> {
             out["side"] = json!(side);
             out["rep"] = json!(rep + 1);
             out["load"] = json!(std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim());
-            println!("{out}");
             wait_no_jobs(&cluster)?;
+            // An overloaded side can leave nodes drained ("Kill task failed"): the next one gets
+            // them back, and the output says how many there were.
+            out["nodes_resumed"] = json!(resume_nodes(&cluster)?);
+            println!("{out}");
             std::fs::remove_dir_all(&dir).ok();
         }
     }
@@ -134,16 +137,20 @@ fn fd_side(
         .stdout(std::fs::File::create(dir.join("run.out"))?)
         .stderr(std::fs::File::create(dir.join("run.err"))?)
         .spawn()?;
+    // Whatever happens next, the run and the cockpit do not outlive this repetition.
+    let _teardown = Teardown(fd(&["kill", "scale"]));
     let launch_ms = wait_starts(starts, world(args), t0, &mut run, &dir.join("run.err"))?;
     let server = pids(|cmd| cmd.contains(&db.display().to_string()) && cmd.contains("\0server"));
-    let agents = pids(|cmd| cmd.contains("\0agent\0slurm"));
+    // The agents themselves, not the srun clients whose command lines end the same way.
+    let agent_cmd = format!("{}\0agent\0slurm", args.fd_bin.display());
+    let agents = pids(|cmd| cmd.starts_with(&agent_cmd));
     if server.len() != 1 || agents.len() != args.nodes {
         bail!("found {} server and {} agent processes (want 1 and {})", server.len(), agents.len(), args.nodes);
     }
     let stepds = pids(|cmd| cmd.starts_with("slurmstepd"));
     let frames = dir.join("frames.json");
     let attach = format!(
-        "{}={} exec {:?} --db {:?} attach scale",
+        "export {}={}; exec {:?} --db {:?} attach scale",
         "FLIGHTDECK_FRAME_STATS",
         frames.display(),
         args.fd_bin.display().to_string(),
@@ -155,15 +162,20 @@ fn fd_side(
         tmux.env(k, v);
     }
     check(tmux.output()?, "tmux new-session")?;
-    let window_start = unix_ms();
+    let log = db.join("server.log");
+    let windows_before = lag_windows(&log).len();
     let before = (ticks(&server), ticks(&agents), ticks(&stepds));
     let started = Instant::now();
     std::thread::sleep(Duration::from_secs(args.secs));
     let after = (ticks(&server), ticks(&agents), ticks(&stepds));
+    // The ingest windows that ended inside the measured time.
+    let lag: Vec<serde_json::Value> = lag_windows(&log).into_iter().skip(windows_before).collect();
     let wall = started.elapsed().as_secs_f64();
-    let (server_rss, server_hwm) = (status_kb(server[0], "VmRSS:"), status_kb(server[0], "VmHWM:"));
-    let agents_rss: u64 = agents.iter().map(|p| status_kb(*p, "VmRSS:")).sum();
-    check(Command::new("tmux").args(["-L", TMUX_SOCKET, "send-keys", "-t", "scale", "q"]).output()?, "tmux send-keys")?;
+    let (server_pss, server_hwm) = (pss_kb(server[0]), status_kb(server[0], "VmHWM:"));
+    let agents_pss: u64 = agents.iter().map(|p| pss_kb(*p)).sum();
+    // `:q`, the cockpit's quit (q alone goes back to the home screen).
+    let quit = ["-L", TMUX_SOCKET, "send-keys", "-t", "scale", ":q", "Enter"];
+    check(Command::new("tmux").args(quit).output()?, "tmux send-keys")?;
     let deadline = Instant::now() + Duration::from_secs(60);
     while !frames.exists() {
         if Instant::now() > deadline {
@@ -175,20 +187,29 @@ fn fd_side(
     let cockpit: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&frames)?)?;
     check(fd(&["kill", "scale"]).output()?, "flightdeck kill")?;
     wait_child(&mut run, Duration::from_secs(300), "the headless run")?;
-    let lag = lag_windows(&db.join("server.log"), window_start);
     let pct = |a: u64, b: u64| (b.saturating_sub(a)) as f64 / clk_tck() / wall * 100.0;
     Ok(json!({
         "launch_ms": launch_ms,
         "secs": wall,
         "server_cpu_pct": pct(before.0, after.0),
-        "server_rss_mb": server_rss as f64 / 1024.0,
+        "server_pss_mb": server_pss as f64 / 1024.0,
         "server_hwm_mb": server_hwm as f64 / 1024.0,
         "agents_cpu_pct": pct(before.1, after.1),
-        "agents_rss_mb": agents_rss as f64 / 1024.0,
+        "agents_pss_mb": agents_pss as f64 / 1024.0,
         "stepds_cpu_pct": pct(before.2, after.2),
         "lag": lag,
         "cockpit": cockpit,
     }))
+}
+
+/// Kills the run (the command given) and the cockpit's tmux when a repetition ends, however.
+struct Teardown(Command);
+
+impl Drop for Teardown {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux").args(["-L", TMUX_SOCKET, "kill-server"]).output();
+        let _ = self.0.output();
+    }
 }
 
 fn srun_side(
@@ -215,7 +236,7 @@ fn srun_side(
     std::thread::sleep(Duration::from_secs(args.secs));
     let after = (ticks(&me), ticks(&stepds));
     let wall = started.elapsed().as_secs_f64();
-    let srun_rss = status_kb(me[0], "VmRSS:");
+    let srun_pss = pss_kb(me[0]);
     check(c.command("scancel").args(["--name", "fdbench-srun-scale"]).output()?, "scancel")?;
     wait_child(&mut srun, Duration::from_secs(300), "srun")?;
     let pct = |a: u64, b: u64| (b.saturating_sub(a)) as f64 / clk_tck() / wall * 100.0;
@@ -223,7 +244,7 @@ fn srun_side(
         "launch_ms": launch_ms,
         "secs": wall,
         "srun_cpu_pct": pct(before.0, after.0),
-        "srun_rss_mb": srun_rss as f64 / 1024.0,
+        "srun_pss_mb": srun_pss as f64 / 1024.0,
         "stepds_cpu_pct": pct(before.1, after.1),
     }))
 }
@@ -267,6 +288,18 @@ fn wait_child(child: &mut Child, limit: Duration, what: &str) -> anyhow::Result<
     Ok(())
 }
 
+/// Returns drained or down nodes to service; how many there were.
+fn resume_nodes(c: &slurm::Cluster) -> anyhow::Result<usize> {
+    let out = c.cmd("sinfo", &["-h", "-N", "-t", "drain,down", "-o", "%N"]);
+    let nodes: std::collections::BTreeSet<String> =
+        String::from_utf8_lossy(&out.stdout).split_whitespace().map(str::to_string).collect();
+    if !nodes.is_empty() {
+        let list = nodes.iter().cloned().collect::<Vec<_>>().join(",");
+        check(c.cmd("scontrol", &["update", &format!("nodename={list}"), "state=resume"]), "scontrol update")?;
+    }
+    Ok(nodes.len())
+}
+
 fn wait_no_jobs(c: &slurm::Cluster) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(300);
     while !c.jobs().is_empty() {
@@ -278,10 +311,9 @@ fn wait_no_jobs(c: &slurm::Cluster) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The server log's ingest windows that began after `since_ms`: (frames/s, p50, p99, max ms).
-fn lag_windows(log: &Path, since_ms: u64) -> Vec<serde_json::Value> {
+/// The server log's ingest windows so far, oldest first: (frames/s, p50, p99, max ms).
+fn lag_windows(log: &Path) -> Vec<serde_json::Value> {
     let text = std::fs::read_to_string(log).unwrap_or_default();
-    let _ = since_ms;
     text.lines()
         .filter_map(|l| l.split_once(": ingest over ").map(|(_, rest)| rest))
         .filter_map(|rest| {
@@ -347,6 +379,13 @@ fn clk_tck() -> f64 {
 fn status_kb(pid: i32, key: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status.lines().find(|l| l.starts_with(key)).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()).unwrap_or(0)
+}
+
+/// A process's proportional share of memory (shared pages divided among their users): the
+/// agents map the same libtorch, which VmRSS would count once per agent.
+fn pss_kb(pid: i32) -> u64 {
+    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
+    rollup.lines().find(|l| l.starts_with("Pss:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()).unwrap_or(0)
 }
 
 fn unix_ms() -> u64 {

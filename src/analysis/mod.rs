@@ -370,6 +370,17 @@ impl Analyzer {
         out
     }
 
+    /// The server's own queue of frames is behind: what arrives late says nothing about the
+    /// nodes or the ranks. The clocks of silence and of progress restart now, so no verdict
+    /// comes from a wait the server caused; a real loss or hang is judged once it caught up.
+    pub fn behind(&mut self, now_ms: u64) {
+        for heard in self.heard_ms.values_mut() {
+            *heard = (*heard).max(now_ms);
+        }
+        self.started_ms = self.started_ms.max(now_ms);
+        self.last_progress_ms = self.last_progress_ms.max(now_ms);
+    }
+
     /// The nodes with live ranks not heard from for `ms`, with when each was last heard.
     fn silent_nodes(&self, now_ms: u64, ms: u64) -> Vec<(usize, u64)> {
         let nodes: std::collections::BTreeSet<usize> =

@@ -374,6 +374,26 @@ fn one_silent_node_among_beating_ones_is_lost_by_name_and_only_its_frames_clear_
 }
 
 #[test]
+fn no_verdict_comes_from_silence_while_the_server_itself_is_behind() {
+    let mut s = sim_on(4, 2);
+    s.steady(3);
+    s.beats = false;
+    let since = s.now;
+    // The server's queue is full for 30 s: nothing arrives, and nothing is judged.
+    while s.now < since + 30_000 {
+        let t = s.now + 1_000;
+        s.a.behind(t);
+        s.wait_until(t);
+    }
+    assert!(s.given.is_empty(), "{:#?}", s.given);
+    // Caught up and still silent: the heartbeat rule decides, 10 s after the backlog ended.
+    s.wait_until(s.now + 9_900);
+    assert!(s.given.is_empty(), "{:#?}", s.given);
+    s.wait_until(s.now + 200);
+    assert_eq!(s.kinds(), [VerdictKind::NodeLost]);
+}
+
+#[test]
 fn a_node_whose_agent_is_gone_is_lost_at_once_and_the_kills_that_follow_are_not_deaths() {
     let mut s = sim_on(4, 2);
     s.steady(3);

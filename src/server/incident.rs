@@ -26,15 +26,36 @@ fn date(ms: u64) -> String {
     format!("{y:04}-{mo:02}-{d:02}")
 }
 
+/// Ranks a report shows one by one: a report about a thousand ranks would be megabytes that no
+/// one reads (and more than a client's frame carries); the culprits come first.
+const REPORT_RANKS: usize = 64;
+
+/// The ranks the report and its picture show (the culprits, then the others in order, up to
+/// [`REPORT_RANKS`]), in rank order, and how many were left out.
+fn shown<'a>(v: &Verdict, analyzer: &'a Analyzer) -> (Vec<(u32, &'a RankState)>, usize) {
+    let all = analyzer.ranks();
+    let culprits = v.culprits.iter().map(|c| c.rank);
+    let mut keep: Vec<u32> = culprits.chain(all.keys().copied()).collect();
+    let mut seen = std::collections::BTreeSet::new();
+    keep.retain(|k| all.contains_key(k) && seen.insert(*k));
+    keep.truncate(REPORT_RANKS);
+    keep.sort_unstable();
+    let out: Vec<(u32, &RankState)> = keep.iter().filter_map(|k| all.get(k).map(|r| (*k, r))).collect();
+    let left = all.len() - out.len();
+    (out, left)
+}
+
 /// Each rank's collectives as the report's picture draws them, from the records the analysis
 /// keeps.
 pub fn progress(v: &Verdict, analyzer: &Analyzer) -> Vec<crate::report::incident::RankLine> {
-    analyzer.ranks().iter().map(|(k, r)| (*k, crate::report::incident::progress_points(v, r.records.iter()))).collect()
+    let (ranks, _) = shown(v, analyzer);
+    ranks.iter().map(|(k, r)| (*k, crate::report::incident::progress_points(v, r.records.iter()))).collect()
 }
 
 /// `chart`: the picture's PNG beside the report (its file name), when it could be drawn.
 pub fn render(record: &RunRecord, v: &Verdict, analyzer: &Analyzer, stacks: Stacks<'_>, chart: Option<&str>) -> String {
     let mut md = String::new();
+    let (ranks, left) = shown(v, analyzer);
     // Writing to a String cannot fail; the results are ignored below for that reason.
     let _ = writeln!(md, "# Incident: {} in run {} ({})\n", v.kind.name(), record.id, record.name);
     let _ = writeln!(md, "**{}**\n", v.summary);
@@ -86,12 +107,25 @@ pub fn render(record: &RunRecord, v: &Verdict, analyzer: &Analyzer, stacks: Stac
     }
 
     let _ = writeln!(md, "\n## Timeline (UTC)\n");
-    for (t, what) in timeline(v, analyzer) {
+    for (t, what) in timeline(v, &ranks) {
         let _ = writeln!(md, "- {} {what}", clock(t));
     }
 
-    let _ = writeln!(md, "\n## Phases\n\n| rank | host | pid | phase | since | step | exit |\n| --- | --- | --- | --- | --- | --- | --- |");
-    for (k, r) in analyzer.ranks() {
+    let _ = writeln!(md, "\n## Phases\n");
+    if left > 0 {
+        let _ = writeln!(
+            md,
+            "{} of {} ranks here and below (the culprits first); every rank: `flightdeck show {} --json`.\n",
+            ranks.len(),
+            ranks.len() + left,
+            record.id
+        );
+    }
+    let _ = writeln!(
+        md,
+        "| rank | host | pid | phase | since | step | exit |\n| --- | --- | --- | --- | --- | --- | --- |"
+    );
+    for (k, r) in &ranks {
         let exit = r.exit.as_ref().map_or("-".into(), |e| e.describe());
         let _ = writeln!(
             md,
@@ -105,7 +139,7 @@ pub fn render(record: &RunRecord, v: &Verdict, analyzer: &Analyzer, stacks: Stac
     }
 
     let _ = writeln!(md, "\n## Last collectives per rank\n\n| rank | seq | op | elements | bytes | step | state | started | took |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
-    for (k, r) in analyzer.ranks() {
+    for (k, r) in &ranks {
         for rec in r.records.iter().rev().take(4).collect::<Vec<_>>().into_iter().rev() {
             let start = rec.start_us.map_or("-".into(), |u| clock(u / 1000));
             let took = match (rec.start_us, rec.end_us) {
@@ -129,8 +163,8 @@ pub fn render(record: &RunRecord, v: &Verdict, analyzer: &Analyzer, stacks: Stac
         }
     }
 
-    if analyzer.ranks().values().any(|r| r.torch.is_some()) {
-        render_flight_recorders(&mut md, analyzer);
+    if ranks.iter().any(|(_, r)| r.torch.is_some()) {
+        render_flight_recorders(&mut md, &ranks);
     }
 
     let _ = writeln!(md, "\n## Stacks\n");
@@ -149,7 +183,7 @@ pub fn render(record: &RunRecord, v: &Verdict, analyzer: &Analyzer, stacks: Stac
     }
 
     let _ = writeln!(md, "\n## Last samples\n\n| rank | step | loss | step ms | data ms | fwd ms | bwd ms | comm ms | opt ms | cpu % | rss MiB |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
-    for (k, r) in analyzer.ranks() {
+    for (k, r) in &ranks {
         let _ = writeln!(md, "| {k} | {} |", samples(r));
     }
     let _ = writeln!(
@@ -163,12 +197,12 @@ pub fn render(record: &RunRecord, v: &Verdict, analyzer: &Analyzer, stacks: Stac
 /// PyTorch's flight recorders as the shims last dumped them: per rank and process group the last
 /// enqueued and completed sequence numbers, the collectives still open with their call sites, and
 /// where the main thread was.
-fn render_flight_recorders(md: &mut String, analyzer: &Analyzer) {
+fn render_flight_recorders(md: &mut String, ranks: &[(u32, &RankState)]) {
     let _ = writeln!(
         md,
         "\n## Flight recorders (PyTorch)\n\n| rank | group | last enqueued | last completed | open collectives |\n| --- | --- | --- | --- | --- |"
     );
-    for (k, r) in analyzer.ranks() {
+    for (k, r) in ranks {
         let Some(snap) = &r.torch else { continue };
         for g in &snap.dump.groups {
             let open: Vec<String> = snap
@@ -185,7 +219,7 @@ fn render_flight_recorders(md: &mut String, analyzer: &Analyzer) {
             let _ = writeln!(md, "| {k} | {}{desc} | {} | {} | {open} |", g.name, g.last_enqueued, g.last_completed);
         }
     }
-    for (k, r) in analyzer.ranks() {
+    for (k, r) in ranks {
         let Some(snap) = r.torch.as_ref().filter(|s| !s.main_stack.is_empty()) else { continue };
         let _ = writeln!(md, "\nrank {k}'s main thread (the shim's last look, innermost first):\n\n```");
         for f in &snap.main_stack {
@@ -214,9 +248,9 @@ fn samples(r: &RankState) -> String {
 }
 
 /// The last moves of every rank, then the verdict, in time order.
-fn timeline(v: &Verdict, analyzer: &Analyzer) -> Vec<(u64, String)> {
+fn timeline(v: &Verdict, ranks: &[(u32, &RankState)]) -> Vec<(u64, String)> {
     let mut t: Vec<(u64, String)> = Vec::new();
-    for (k, r) in analyzer.ranks() {
+    for (k, r) in ranks {
         for rec in r.records.iter().rev().take(2) {
             if let Some(s) = rec.start_us {
                 t.push((s / 1000, format!("rank {k} entered {} #{} (step {})", rec.op.name(), rec.seq, rec.step.0)));
@@ -264,5 +298,56 @@ fn render_stacks(md: &mut String, report: &StackReport) {
     }
     for (rank, why) in &report.failures {
         let _ = writeln!(md, "\n- rank {rank}: no stacks: {why}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{Rank, RunId};
+    use crate::protocol::{AgentEvent, VerdictKind};
+
+    #[test]
+    fn a_report_on_many_ranks_shows_the_culprits_and_a_bounded_number_of_others() {
+        let mut a = Analyzer::new(crate::analysis::Config::from_recipe(&Default::default()), 100, 1_000);
+        for r in 0..100 {
+            let started =
+                AgentEvent::RankStarted { rank: Rank(r), local_rank: r % 8, pid: 10 + r, host: format!("n{}", r / 8) };
+            a.observe(1_000, (r / 8) as usize, &started);
+        }
+        let culprit = crate::protocol::Culprit {
+            rank: 99,
+            host: "n12".into(),
+            pid: Some(109),
+            phase: None,
+            step: 3,
+            last_seq: 0,
+            detail: "on lost node n12".into(),
+        };
+        let v = Verdict {
+            kind: VerdictKind::NodeLost,
+            culprits: vec![culprit],
+            collective: None,
+            waiting: (0..96).collect(),
+            since_ms: 1_000,
+            detected_ms: 11_000,
+            summary: "node n12 lost".into(),
+        };
+        let meta = crate::store::RunMeta {
+            name: "big".into(),
+            recipe_name: "r".into(),
+            recipe_path: "-".into(),
+            recipe_json: "{}".into(),
+            world_size: 100,
+            steps_planned: 10,
+        };
+        let record =
+            RunRecord::starting(RunId("20260101T000000-big".into()), meta, vec!["n0".into()], Vec::new(), None);
+        let md = render(&record, &v, &a, Stacks::Unavailable("lost".into()), None);
+        assert!(md.contains("64 of 100 ranks here and below (the culprits first)"), "{md}");
+        let phases = md.split("## Phases").nth(1).and_then(|p| p.split("## Last collectives").next()).unwrap();
+        assert!(phases.contains("| 99 | n12 | 109 |"), "the culprit is shown: {phases}");
+        assert!(phases.contains("| 62 | n7 |") && !phases.contains("| 63 | n7 |"), "63 others, in order: {phases}");
+        assert_eq!(progress(&v, &a).len(), 64, "the picture draws the same ranks");
     }
 }

@@ -19,6 +19,9 @@ use tokio::sync::{mpsc, watch};
 
 /// Frames per batch at most; with the flush interval this bounds ack latency and batch size.
 const BATCH_FRAMES: usize = 2048;
+/// Frames waiting in the link's queue (of BATCH_FRAMES) that mean the server is behind its
+/// agents: silence and missing progress are then its own doing, not the nodes'.
+const BEHIND_FRAMES: usize = BATCH_FRAMES / 2;
 const FLUSH_EVERY: Duration = Duration::from_millis(100);
 /// How long the last acks may take to reach the agents when a run ends.
 const ACK_GRACE: Duration = Duration::from_secs(10);
@@ -208,6 +211,9 @@ impl Link {
                 },
                 _ = tick.tick() => {
                     self.flush().await?;
+                    if incoming.len() >= BEHIND_FRAMES {
+                        self.tracker.analyzer.behind(unix_ms());
+                    }
                     self.analyze().await?;
                     if self.hang_kill_at.is_some_and(|t| tokio::time::Instant::now() >= t) {
                         self.kill_for_recovery();
@@ -427,15 +433,21 @@ impl Link {
         for (key, verdict) in self.tracker.take_new_hangs() {
             let live =
                 self.tracker.state.record.status.is_live() && self.tracker.analyzer.ranks().values().any(|r| r.live());
-            let stacks =
-                if live { Stacks::Pending } else { Stacks::Unavailable("the run ended with the verdict".into()) };
+            // A lost node's ranks cannot be read, and the others only wait for them: no dump (at
+            // a thousand ranks, one would load every node for nothing).
+            let lost = verdict.kind == VerdictKind::NodeLost;
+            let stacks = match (live, lost) {
+                (true, false) => Stacks::Pending,
+                (_, true) => Stacks::Unavailable("its node is lost; the other ranks wait for it".into()),
+                (false, false) => Stacks::Unavailable("the run ended with the verdict".into()),
+            };
             let hang = matches!(verdict.kind, VerdictKind::NeverEntered | VerdictKind::StuckInCollective);
             if live && hang && self.recovery.is_some() && self.hang_kill_at.is_none() {
                 self.hang_kill_at = Some(tokio::time::Instant::now() + STACKS_GRACE);
             }
             self.incidents.insert(key, (verdict, false));
             self.write_incident(key, stacks).await?;
-            if live {
+            if live && !lost {
                 self.ask_stacks(Pending::Incident(key), None, false);
             }
         }

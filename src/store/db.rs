@@ -135,8 +135,11 @@ impl Writer {
 
     /// Applies a batch and flushes it to disk: when this returns Ok, the data survives kill -9.
     pub fn write(&mut self, batch: Batch) -> Result<(), StoreError> {
+        // A batch of many nodes' frames carries a run's record (and a rank's info) once per
+        // node: only the newest of each is encoded and written.
         let mut b = sled::Batch::default();
-        for r in &batch.runs {
+        let mut seen = std::collections::HashSet::new();
+        for r in batch.runs.iter().rev().filter(|r| seen.insert(&r.id)) {
             b.insert(r.id.as_str().as_bytes(), json(r));
         }
         self.store.runs.apply_batch(b)?;
@@ -161,7 +164,8 @@ impl Writer {
         self.store.rollups.apply_batch(rollups)?;
 
         let mut ranks = sled::Batch::default();
-        for (run, info) in &batch.ranks {
+        let mut seen = std::collections::HashSet::new();
+        for (run, info) in batch.ranks.iter().rev().filter(|(run, info)| seen.insert((run, info.rank))) {
             ranks.insert(keys::rank_key(run, info.rank), json(info));
         }
         self.store.ranks.apply_batch(ranks)?;
