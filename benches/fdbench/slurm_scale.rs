@@ -185,8 +185,25 @@ fn fd_side(
     }
     let _ = Command::new("tmux").args(["-L", TMUX_SOCKET, "kill-server"]).output();
     let cockpit: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&frames)?)?;
-    check(fd(&["kill", "scale"]).output()?, "flightdeck kill")?;
-    wait_child(&mut run, Duration::from_secs(300), "the headless run")?;
+    // What was measured stands even when an overloaded run is slow to go: the teardown's
+    // trouble is reported with it, and the run's processes are killed by pid.
+    let killed = check(fd(&["kill", "scale"]).output()?, "flightdeck kill")
+        .and_then(|()| wait_child(&mut run, Duration::from_secs(300), "the headless run after kill"));
+    let teardown = match killed {
+        Ok(()) => serde_json::Value::Null,
+        Err(e) => {
+            let _ = run.kill();
+            for pid in server.iter().chain(&agents) {
+                // SAFETY: signalling processes this repetition started.
+                unsafe { libc::kill(*pid, libc::SIGKILL) };
+            }
+            // The cluster is this benchmark's own: every job on it is the run's.
+            for job in c.jobs() {
+                let _ = c.cmd("scancel", &[&job]);
+            }
+            json!(format!("{e:#}"))
+        }
+    };
     let pct = |a: u64, b: u64| (b.saturating_sub(a)) as f64 / clk_tck() / wall * 100.0;
     Ok(json!({
         "launch_ms": launch_ms,
@@ -199,6 +216,7 @@ fn fd_side(
         "stepds_cpu_pct": pct(before.2, after.2),
         "lag": lag,
         "cockpit": cockpit,
+        "teardown_error": teardown,
     }))
 }
 
