@@ -1,9 +1,9 @@
 //! Hang and straggler detection over one live run: pure logic, fed with timestamped frames.
 //!
 //! The server's link task owns one `Analyzer` per run and feeds it every agent event with the
-//! moment it arrived and the node it came from (`observe`), and calls `tick` on a timer. Liveness is judged on *arrival*
-//! times (the server's clock), so a replay after a server restart does not look like a hang;
-//! skew and durations use the ranks' own timestamps. Nothing here does I/O, so the tests feed
+//! moment it arrived and the node it came from (`observe`), and calls `tick` on a timer.
+//! Liveness is judged on *arrival* times (the server's clock), per node, so a replay after a
+//! server restart does not look like a hang; skew and durations use the ranks' own timestamps. Nothing here does I/O, so the tests feed
 //! it recorded sequences.
 mod classify;
 mod straggler;
