@@ -183,6 +183,8 @@ fn the_time_limit_warning_stops_with_a_checkpoint_and_recovery_finishes_bit_exac
     assert_eq!(attempts[1]["restart"]["cause"], "time_limit");
     assert_eq!(attempts[1]["status"], "stopped", "the person's stop ends the lineage: {}", attempts[1]);
     let first = db.json(&["show", attempts[0]["run"].as_str().expect("id"), "--json"]);
+    let reason = first["run"]["reason"].as_str().unwrap_or_default();
+    assert!(reason.starts_with("stopped for Slurm's time limit after step "), "{reason}");
     let texts = common::event_texts(&first);
     assert!(texts.iter().any(|t| t.contains("time-limit warning came")), "{texts:?}");
     let mut lineage: BTreeMap<(u64, u32), u64> = BTreeMap::new();

@@ -270,6 +270,12 @@ impl Link {
             return Ok(()); // replayed after a reconnect; already taken
         }
         node.last_seq = f.seq;
+        if let AgentEvent::RunEnded { outcome: RunOutcome::Stopped, reason } = &mut f.event {
+            // The stop the Slurm watch asked for is the time limit's, not a person's.
+            if self.time_limited.load(Ordering::SeqCst) {
+                *reason = reason.replacen("stopped on request", "stopped for Slurm's time limit", 1);
+            }
+        }
         let ended = if let AgentEvent::RunEnded { outcome, reason } = &f.event {
             node.ended = Some((*outcome, reason.clone()));
             node.handle.ended.store(true, Ordering::SeqCst);
