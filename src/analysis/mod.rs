@@ -458,6 +458,11 @@ impl Analyzer {
     }
 }
 
+/// The value at fraction `q` (0..=1) of sorted values, nearest rank; None for no values.
+pub fn nearest_rank<T: Copy>(sorted: &[T], q: f64) -> Option<T> {
+    sorted.get(((sorted.len() as f64 - 1.0) * q).round() as usize).copied()
+}
+
 /// The median (the upper one of an even count), or None for no values.
 pub fn median(mut xs: Vec<f64>) -> Option<f64> {
     if xs.is_empty() {

@@ -55,10 +55,14 @@ fn checks(slurm: &Slurm, recipe: &crate::recipe::Recipe) -> Vec<Check> {
     let part = partition(slurm, s.partition.as_deref(), s.nodes);
     let part_failed = part.iter().any(|c| c.level == Level::Fail);
     out.extend(part);
+    let mut job_failed = false;
     if let Some(job) = &job {
-        out.push(allocation(slurm, job));
+        let check = allocation(slurm, job);
+        job_failed = check.level == Level::Fail;
+        out.push(check);
     }
-    if part_failed && job.is_none() || out.last().is_some_and(|c| c.name == "job" && c.level == Level::Fail) {
+    // Inside a running job the step goes there, whatever the partition says.
+    if job_failed || part_failed && job.is_none() {
         return out;
     }
     out.extend(step(slurm, recipe, job.as_deref()));

@@ -78,10 +78,9 @@ impl Fold {
     }
 }
 
-/// The q-quantile of sorted values, nearest rank.
+/// The q-quantile of sorted values, nearest rank; NaN for none.
 fn quantile(sorted: &[f64], q: f64) -> f64 {
-    let i = ((sorted.len() as f64 - 1.0) * q).round() as usize;
-    sorted.get(i).copied().unwrap_or(f64::NAN)
+    crate::analysis::nearest_rank(sorted, q).unwrap_or(f64::NAN)
 }
 
 #[cfg(test)]

@@ -40,13 +40,13 @@ impl IngestLag {
         self.window_start = now;
         let mut lags = std::mem::take(&mut self.lags_ms);
         lags.sort_unstable();
-        let at = |p: f64| lags[((lags.len() - 1) as f64 * p).round() as usize];
+        let at = |p: f64| crate::analysis::nearest_rank(&lags, p).unwrap_or(0);
         Some(LagWindow {
             secs: secs.as_secs_f64(),
             frames: lags.len(),
             p50_ms: at(0.5),
             p99_ms: at(0.99),
-            max_ms: lags[lags.len() - 1],
+            max_ms: at(1.0),
         })
     }
 }

@@ -51,7 +51,7 @@ pub fn requested() -> Option<PathBuf> {
 
 /// The value at fraction `p` of sorted `xs` (nearest rank); 0 when empty.
 pub fn percentile(sorted: &[f64], p: f64) -> f64 {
-    sorted.get(((sorted.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or(0.0)
+    crate::analysis::nearest_rank(sorted, p).unwrap_or(0.0)
 }
 
 #[cfg(test)]

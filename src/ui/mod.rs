@@ -66,8 +66,8 @@ pub async fn run(db: &DbPaths, start: Start) -> anyhow::Result<i32> {
     let mut tick = tokio::time::interval(FRAME);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut dirty = true;
-    let stats_file = frame_stats::requested();
-    let mut stats = frame_stats::FrameStats::default();
+    // Frame times, only when asked for (FLIGHTDECK_FRAME_STATS): the file and what goes in it.
+    let mut stats = frame_stats::requested().map(|file| (file, frame_stats::FrameStats::default()));
     loop {
         for cmd in app.effects.take() {
             link.handle(cmd);
@@ -97,14 +97,14 @@ pub async fn run(db: &DbPaths, start: Start) -> anyhow::Result<i32> {
             }
             _ = tick.tick() => {
                 dirty |= app.on_tick();
-                if stats_file.is_some() {
-                    stats.queued(rx.len());
+                if let Some((_, s)) = stats.as_mut() {
+                    s.queued(rx.len());
                 }
                 if dirty {
                     let t = std::time::Instant::now();
                     term.draw(|f| f.render_widget(&app, f.area()))?;
-                    if stats_file.is_some() {
-                        stats.frame(t.elapsed());
+                    if let Some((_, s)) = stats.as_mut() {
+                        s.frame(t.elapsed());
                     }
                     dirty = false;
                 }
@@ -113,7 +113,7 @@ pub async fn run(db: &DbPaths, start: Start) -> anyhow::Result<i32> {
             _ = sighup.recv() => break,
         }
     }
-    if let Some(path) = stats_file {
+    if let Some((path, stats)) = stats {
         std::fs::write(&path, format!("{}\n", stats.summary()))
             .map_err(|e| anyhow::anyhow!("writing {} ({}): {e}", path.display(), frame_stats::ENV))?;
     }
