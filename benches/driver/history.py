@@ -119,7 +119,7 @@ def run(tools, deadline, out=print):
         f"{RANKS} ranks × {n_steps:,} steps × 4 metrics = {RANKS * n_steps * 4 / 1e6:.2f} M points",
         "write s",
         "load s (open + loss of all ranks)",
-        f"chart s ({COLUMNS} columns from rollups)",
+        f"chart s ({COLUMNS} columns, all ranks)",
         "on disk MB",
         "peak RSS write MB",
         "peak RSS load MB",

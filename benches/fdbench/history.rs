@@ -79,7 +79,7 @@ pub fn write(dir: &Path, ranks: u32, steps: u64) -> anyhow::Result<()> {
             in_batch = 0;
         }
     }
-    writer.close_run(&run.id);
+    writer.close_run(&run.id)?;
     drop(writer);
     drop(store);
     let seconds = t0.elapsed().as_secs_f64();
@@ -97,32 +97,40 @@ pub fn load(dir: &Path, columns: usize) -> anyhow::Result<()> {
     let sum: f64 = series.iter().map(|p| p.value).sum();
 
     // The full-run chart: per column min, max and mean over every rank, from the finest rollup
-    // level that still gives at most a few buckets per column (no point is read).
+    // level that still gives at most a few buckets per column, or from the points when even
+    // that is coarser than a column (as here: 50 steps a column, rollups of 256 and up).
     let t1 = Instant::now();
     let steps = run.steps_planned.max(1);
     let per_column = steps.div_ceil(columns.max(1) as u64);
-    let level = LEVELS.iter().rposition(|&w| w <= per_column).unwrap_or(0);
+    let column = |step: u64| ((step.saturating_sub(1) * columns as u64) / steps).min(columns as u64 - 1) as usize;
     let mut cols = vec![(f64::INFINITY, f64::NEG_INFINITY, 0.0f64, 0u64); columns.max(1)];
-    let mut buckets = 0usize;
-    for rank in 0..run.world_size {
-        for (no, b) in store.rollups(&run.id, "loss", rank, level as u8)? {
-            let first_step = no * LEVELS[level];
-            let col = ((first_step * columns as u64) / steps).min(columns as u64 - 1) as usize;
-            let c = &mut cols[col];
-            c.0 = c.0.min(b.min);
-            c.1 = c.1.max(b.max);
-            c.2 += b.sum;
-            c.3 += b.count;
-            buckets += 1;
+    let mut read = 0usize;
+    let level = LEVELS.iter().rposition(|&w| w <= per_column);
+    match level {
+        Some(level) => {
+            for rank in 0..run.world_size {
+                for (no, b) in store.rollups(&run.id, "loss", rank, level as u8)? {
+                    let c = &mut cols[column(no * LEVELS[level] + 1)];
+                    (c.0, c.1, c.2, c.3) = (c.0.min(b.min), c.1.max(b.max), c.2 + b.sum, c.3 + b.count);
+                    read += 1;
+                }
+            }
+        }
+        None => {
+            for p in store.series(&run.id, "loss", None)? {
+                let c = &mut cols[column(p.step)];
+                (c.0, c.1, c.2, c.3) = (c.0.min(p.value), c.1.max(p.value), c.2 + p.value, c.3 + 1);
+                read += 1;
+            }
         }
     }
     let drawn = cols.iter().filter(|c| c.3 > 0).count();
     let chart_s = t1.elapsed().as_secs_f64();
     println!(
         "{{\"points\": {}, \"sum\": {sum}, \"series_s\": {series_s}, \"chart_s\": {chart_s}, \
-         \"buckets\": {buckets}, \"level_steps\": {}, \"columns_drawn\": {drawn}}}",
+         \"read\": {read}, \"level_steps\": {}, \"columns_drawn\": {drawn}}}",
         series.len(),
-        LEVELS[level]
+        level.map_or(1, |l| LEVELS[l])
     );
     Ok(())
 }

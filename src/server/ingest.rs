@@ -34,7 +34,13 @@ impl Ingest {
                             }
                             let _ = done.send(r);
                         }
-                        Job::CloseRun(run) => writer.close_run(&run),
+                        Job::CloseRun(run) => {
+                            if let Err(e) = writer.close_run(&run) {
+                                tracing::error!(
+                                    "run {run}: compacting its points failed (they stay in the journal): {e}"
+                                );
+                            }
+                        }
                     }
                 }
             })

@@ -1,14 +1,17 @@
 //! The sled database behind `Store`: trees, schema version, writes in batches, reads by range.
 use super::keys;
-use super::rollup::{Accumulator, Bucket};
+use super::points::Journals;
 use super::{EventRecord, Point, RankInfo, RunRecord};
 use crate::ids::RunId;
 use crate::record::CollectiveRecord;
-use std::collections::HashMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 
 /// Stored in `meta/schema_version`; migrations are append-only and keyed by this number.
-pub const SCHEMA_VERSION: u32 = 1;
+/// 1: one key per point (`series`) and a `rollups` tree. 2: points in blocks and a journal,
+/// with the rollups, in one `history` tree (`points.rs`; `migrate.rs` moves 1 to 2).
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// Log lines kept per rank (the tail; the full log stays in the node's log file).
 pub const LOG_TAIL_LINES: u64 = 2000;
@@ -65,11 +68,15 @@ impl Batch {
 /// Read access to every tree; cheap to clone (sled trees are handles).
 #[derive(Clone)]
 pub struct Store {
-    db: sled::Db,
+    pub(super) db: sled::Db,
     runs: sled::Tree,
     ranks: sled::Tree,
-    series: sled::Tree,
-    rollups: sled::Tree,
+    /// Blocks, rollups and journal entries (`points.rs`).
+    pub(super) history: sled::Tree,
+    /// Compaction swaps journal entries for blocks and rollups in one batch, which a reader
+    /// must see whole or not at all: the count of compactions begun and ended (readers redo a
+    /// read it moved under), and the lock held while one is applied (readers wait on it).
+    compaction: Arc<(AtomicU64, RwLock<()>)>,
     events: sled::Tree,
     collectives: sled::Tree,
     logs: sled::Tree,
@@ -77,10 +84,12 @@ pub struct Store {
     verdicts: sled::Tree,
 }
 
-/// The one writer: owned by the server's ingest thread, with the rollups it keeps open.
+/// The one writer: owned by the server's ingest thread, with each live run's journal.
 pub struct Writer {
     store: Store,
-    acc: HashMap<RunId, Accumulator>,
+    journals: Journals,
+    /// A write failed: memory may hold what the disk does not, so the journal is read again.
+    stale: bool,
 }
 
 fn json<T: serde::Serialize>(v: &T) -> Vec<u8> {
@@ -94,37 +103,65 @@ fn parse<T: serde::de::DeserializeOwned>(tree: &'static str, b: &[u8]) -> Result
 impl Store {
     pub fn open(path: &Path) -> Result<Store, StoreError> {
         let p = path.display().to_string();
-        let db =
-            sled::Config::new().path(path).open().map_err(|source| StoreError::Open { path: p.clone(), source })?;
+        let db = sled::Config::new()
+            .path(path)
+            .cache_capacity(std::env::var("FD_CACHE_MB").ok().and_then(|v| v.parse::<u64>().ok()).unwrap_or(1024) << 20)
+            .open()
+            .map_err(|source| StoreError::Open { path: p.clone(), source })?;
         let meta = db.open_tree("meta")?;
-        match meta.get("schema_version")? {
-            Some(v) => {
-                let found = v.as_ref().try_into().map(u32::from_be_bytes).unwrap_or(u32::MAX);
-                if found > SCHEMA_VERSION {
-                    return Err(StoreError::TooNew { path: p, found });
-                }
-            }
+        let found = match meta.get("schema_version")? {
+            Some(v) => v.as_ref().try_into().map(u32::from_be_bytes).unwrap_or(u32::MAX),
             None => {
                 meta.insert("schema_version", &SCHEMA_VERSION.to_be_bytes())?;
+                SCHEMA_VERSION
             }
+        };
+        if found > SCHEMA_VERSION {
+            return Err(StoreError::TooNew { path: p, found });
         }
-        Ok(Store {
+        let history = db.open_tree("history")?;
+        if found < 2 {
+            super::migrate::v1_to_v2(&db, &history)?;
+            meta.insert("schema_version", &2u32.to_be_bytes())?;
+            db.flush()?;
+        }
+        super::migrate::drop_v1_trees(&db)?;
+        let store = Store {
             runs: db.open_tree("runs")?,
             ranks: db.open_tree("ranks")?,
-            series: db.open_tree("series")?,
-            rollups: db.open_tree("rollups")?,
+            history,
+            compaction: Arc::new((AtomicU64::new(0), RwLock::new(()))),
             events: db.open_tree("events")?,
             collectives: db.open_tree("collectives")?,
             logs: db.open_tree("logs")?,
             checkpoints: db.open_tree("checkpoints")?,
             verdicts: db.open_tree("verdicts")?,
             db,
-        })
+        };
+        // A journal left by a server that stopped is folded into blocks before anyone reads.
+        store.writer().fold_journals()?;
+        Ok(store)
     }
 
     /// The writer for this database. Only the ingest thread may hold one.
     pub fn writer(&self) -> Writer {
-        Writer { store: self.clone(), acc: HashMap::new() }
+        Writer { store: self.clone(), journals: Journals::default(), stale: true }
+    }
+
+    /// How many compactions have started and finished: odd while one is being applied.
+    pub(super) fn generation(&self) -> u64 {
+        self.compaction.0.load(Ordering::SeqCst)
+    }
+
+    /// The generation once no compaction is being applied (waiting on the lock while one is).
+    pub(super) fn settled_generation(&self) -> u64 {
+        loop {
+            let g = self.generation();
+            if g.is_multiple_of(2) {
+                return g;
+            }
+            drop(self.compaction.1.read().unwrap_or_else(|poisoned| poisoned.into_inner()));
+        }
     }
 }
 
@@ -134,7 +171,39 @@ impl Writer {
     }
 
     /// Applies a batch and flushes it to disk: when this returns Ok, the data survives kill -9.
+    /// After an error, the next call first reads the journal back from disk.
     pub fn write(&mut self, batch: Batch) -> Result<(), StoreError> {
+        let r = self.write_inner(batch);
+        self.stale |= r.is_err();
+        r
+    }
+
+    /// Moves every run's journal on disk into blocks (at open; after a failed write).
+    fn fold_journals(&mut self) -> Result<(), StoreError> {
+        let mut hist = sled::Batch::default();
+        let runs = self.journals.load(&self.store, &mut hist)?;
+        for run in &runs {
+            self.journals.close(&self.store, run, &mut hist)?;
+        }
+        self.apply_compaction(hist)?;
+        self.store.db.flush()?;
+        self.stale = false;
+        Ok(())
+    }
+
+    fn apply_compaction(&self, hist: sled::Batch) -> Result<(), StoreError> {
+        let (count, lock) = &*self.store.compaction;
+        let _exclusive = lock.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        count.fetch_add(1, Ordering::SeqCst);
+        let applied = self.store.history.apply_batch(hist);
+        count.fetch_add(1, Ordering::SeqCst);
+        Ok(applied?)
+    }
+
+    fn write_inner(&mut self, batch: Batch) -> Result<(), StoreError> {
+        if self.stale {
+            self.fold_journals()?;
+        }
         // A batch of many nodes' frames carries a run's record (and a rank's info) once per
         // node: only the newest of each is encoded and written.
         let mut b = sled::Batch::default();
@@ -144,24 +213,16 @@ impl Writer {
         }
         self.store.runs.apply_batch(b)?;
 
-        let mut series = sled::Batch::default();
-        for (run, metric, p) in &batch.points {
-            series.insert(keys::series_key(run, metric, p.rank, p.step), &p.value.to_le_bytes());
-            let rollups = &self.store.rollups;
-            let acc = self.acc.entry(run.clone()).or_default();
-            acc.add(metric, p.rank, p.step, p.value, &mut |id| {
-                let k = keys::rollup_key(run, &id.0, id.1, id.2, id.3);
-                rollups.get(k).ok().flatten().and_then(|v| Bucket::from_bytes(&v))
-            });
-        }
-        self.store.series.apply_batch(series)?;
-        let mut rollups = sled::Batch::default();
-        for (run, acc) in self.acc.iter_mut() {
-            for (id, bucket) in acc.take_dirty() {
-                rollups.insert(keys::rollup_key(run, &id.0, id.1, id.2, id.3), bucket.to_bytes());
+        let mut hist = sled::Batch::default();
+        let full = self.journals.append(&self.store, batch.points, &mut hist)?;
+        if full.is_empty() {
+            self.store.history.apply_batch(hist)?;
+        } else {
+            for run in &full {
+                self.journals.compact(&self.store, run, &mut hist)?;
             }
+            self.apply_compaction(hist)?;
         }
-        self.store.rollups.apply_batch(rollups)?;
 
         let mut ranks = sled::Batch::default();
         let mut seen = std::collections::HashSet::new();
@@ -211,9 +272,16 @@ impl Writer {
         Ok(())
     }
 
-    /// Forgets the open rollup buckets of a run that has ended (they are on disk).
-    pub fn close_run(&mut self, run: &RunId) {
-        self.acc.remove(run);
+    /// Compacts the journal of a run that has ended, and forgets its open rollup buckets.
+    pub fn close_run(&mut self, run: &RunId) -> Result<(), StoreError> {
+        if self.stale {
+            return self.fold_journals();
+        }
+        let mut hist = sled::Batch::default();
+        let r = self.journals.close(&self.store, run, &mut hist).and_then(|()| self.apply_compaction(hist));
+        let r = r.and_then(|()| Ok(self.store.db.flush().map(|_| ())?));
+        self.stale |= r.is_err();
+        r
     }
 }
 
@@ -256,65 +324,6 @@ impl Store {
 
     pub fn events(&self, run: &RunId) -> Result<Vec<EventRecord>, StoreError> {
         self.events.scan_prefix(keys::run_prefix(run)).map(|kv| parse("events", &kv?.1)).collect()
-    }
-
-    /// The points of one metric, every rank or one, ordered by rank then step.
-    pub fn series(&self, run: &RunId, metric: &str, rank: Option<u32>) -> Result<Vec<Point>, StoreError> {
-        let prefix = match rank {
-            Some(r) => keys::series_prefix(run, metric, r),
-            None => keys::metric_prefix(run, metric),
-        };
-        let skip = keys::metric_prefix(run, metric).len();
-        let mut out = Vec::new();
-        for kv in self.series.scan_prefix(&prefix) {
-            let (k, v) = kv?;
-            let (rank, step) = keys::rank_step(&k[skip..])
-                .ok_or_else(|| StoreError::Corrupt { tree: "series", reason: format!("key of {} bytes", k.len()) })?;
-            let value = v
-                .as_ref()
-                .try_into()
-                .map(f64::from_le_bytes)
-                .map_err(|_| StoreError::Corrupt { tree: "series", reason: "value is not 8 bytes".into() })?;
-            out.push(Point { step, rank, value });
-        }
-        Ok(out)
-    }
-
-    /// The metric names recorded for a run (from the first rank's keys, then deduplicated).
-    pub fn metric_names(&self, run: &RunId) -> Result<Vec<String>, StoreError> {
-        let prefix = keys::run_prefix(run);
-        let mut names: Vec<String> = Vec::new();
-        let mut from = prefix.clone();
-        // Skip from one metric to the next instead of reading every point.
-        while let Some((k, _)) = self.series.range(from.clone()..).next().transpose()? {
-            if !k.starts_with(&prefix) {
-                break;
-            }
-            let rest = &k[prefix.len()..];
-            let Some(end) = rest.iter().position(|&b| b == 0) else {
-                break;
-            };
-            let name = String::from_utf8_lossy(&rest[..end]).into_owned();
-            from = keys::metric_prefix(run, &name);
-            from.push(0xff);
-            names.push(name);
-        }
-        Ok(names)
-    }
-
-    /// Rollup buckets of one rank's metric at a level (index into `rollup::LEVELS`).
-    pub fn rollups(&self, run: &RunId, metric: &str, rank: u32, level: u8) -> Result<Vec<(u64, Bucket)>, StoreError> {
-        let mut prefix = keys::series_prefix(run, metric, rank);
-        prefix.push(level);
-        let mut out = Vec::new();
-        for kv in self.rollups.scan_prefix(&prefix) {
-            let (k, v) = kv?;
-            let no = k[prefix.len()..].try_into().map(u64::from_be_bytes).unwrap_or(0);
-            let b =
-                Bucket::from_bytes(&v).ok_or(StoreError::Corrupt { tree: "rollups", reason: "bad bucket".into() })?;
-            out.push((no, b));
-        }
-        Ok(out)
     }
 
     pub fn collectives(&self, run: &RunId, rank: u32) -> Result<Vec<CollectiveRecord>, StoreError> {

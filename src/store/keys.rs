@@ -1,4 +1,5 @@
 //! Key layouts: big-endian numbers after a run prefix, so range scans come back in step order.
+//! Points, rollups and the journal share the `history` tree, each behind a tag byte.
 use crate::ids::RunId;
 
 /// `run \0` — the prefix of every key that belongs to one run.
@@ -30,6 +31,34 @@ pub fn series_key(run: &RunId, metric: &str, rank: u32, step: u64) -> Vec<u8> {
     k
 }
 
+/// The history tree holds several kinds of key, told apart by their first byte, so one sled
+/// batch can move points from the journal into blocks and rollups atomically.
+pub const BLOCK: u8 = b'b';
+pub const ROLLUP: u8 = b'r';
+pub const JOURNAL: u8 = b'j';
+/// A journal entry that could not be read, kept aside (under `q` and its own key).
+pub const QUARANTINE: u8 = b'q';
+
+/// `tag key`: a key of the history tree.
+pub fn tagged(tag: u8, key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(key.len() + 1);
+    k.push(tag);
+    k.extend_from_slice(key);
+    k
+}
+
+/// `b run \0 metric \0 rank first_step`: a block, the points of one series from `first_step` on.
+pub fn block_key(run: &RunId, metric: &str, rank: u32, first_step: u64) -> Vec<u8> {
+    tagged(BLOCK, &series_key(run, metric, rank, first_step))
+}
+
+/// `j run \0 n`: one batch's points of one run, n from sled's id generator (rising).
+pub fn journal_key(run: &RunId, n: u64) -> Vec<u8> {
+    let mut k = tagged(JOURNAL, &run_prefix(run));
+    k.extend_from_slice(&n.to_be_bytes());
+    k
+}
+
 /// Splits a series key (after its metric prefix) into rank and step.
 pub fn rank_step(suffix: &[u8]) -> Option<(u32, u64)> {
     if suffix.len() != 12 {
@@ -40,9 +69,9 @@ pub fn rank_step(suffix: &[u8]) -> Option<(u32, u64)> {
     Some((rank, step))
 }
 
-/// `run \0 metric \0 rank level bucket` for rollups.
+/// `r run \0 metric \0 rank level bucket` for rollups (untagged in schema 1's own tree).
 pub fn rollup_key(run: &RunId, metric: &str, rank: u32, level: u8, bucket: u64) -> Vec<u8> {
-    let mut k = series_prefix(run, metric, rank);
+    let mut k = tagged(ROLLUP, &series_prefix(run, metric, rank));
     k.push(level);
     k.extend_from_slice(&bucket.to_be_bytes());
     k

@@ -4,10 +4,14 @@ pub use crate::record::{
     RunStatus, Summary, VerdictRecord,
 };
 
+mod block;
 pub mod checkpoints;
 pub mod db;
 mod detail;
+mod journal;
 pub mod keys;
+mod migrate;
+mod points;
 pub mod rollup;
 
 pub use checkpoints::CheckpointRecord;

@@ -1,17 +1,18 @@
-//! Rollups: min/max/mean/last per bucket of 16, 256 and 4096 steps, kept while ingesting so a
-//! chart of a whole run reads a few hundred buckets instead of every point.
+//! Rollups: min/max/mean/last per bucket of 256, 4096 and 65,536 steps, kept while compacting
+//! so a chart of a long run reads a few hundred buckets instead of every point (finer charts
+//! read the blocks, which decode faster than buckets of 16 could be looked up).
 pub use crate::record::Bucket;
 use std::collections::HashMap;
 
 /// Bucket widths in steps, one level each.
-pub const LEVELS: [u64; 3] = [16, 256, 4096];
+pub const LEVELS: [u64; 3] = [256, 4096, 65_536];
 
 impl Bucket {
-    fn new(step: u64, v: f64) -> Bucket {
+    pub(super) fn new(step: u64, v: f64) -> Bucket {
         Bucket { min: v, max: v, sum: v, count: 1, last_step: step, last: v }
     }
 
-    fn add(&mut self, step: u64, v: f64) {
+    pub(super) fn add(&mut self, step: u64, v: f64) {
         self.min = self.min.min(v);
         self.max = self.max.max(v);
         self.sum += v;
@@ -105,22 +106,23 @@ mod tests {
 
     #[test]
     fn buckets_keep_min_max_mean_last() {
+        let w = LEVELS[0];
         let mut acc = Accumulator::default();
-        for step in 1..=20u64 {
-            let v = if step == 5 { 100.0 } else { step as f64 };
+        for step in 1..=w + 20 {
+            let v = if step == 5 { 1e6 } else { step as f64 };
             acc.add("loss", 0, step, v, &mut |_| None);
         }
         let dirty = acc.take_dirty();
         let level0: Vec<_> = dirty.iter().filter(|(id, _)| id.2 == 0).collect();
-        // Steps 1..=15 are bucket 0 of width 16 (closed when step 16 arrived), 16..=20 bucket 1.
+        // Steps 1..w are bucket 0 (closed when step w arrived), w..=w+20 bucket 1.
         assert_eq!(level0.len(), 2);
         let b0 = level0.iter().find(|(id, _)| id.3 == 0).map(|(_, b)| *b).unwrap();
-        assert_eq!((b0.min, b0.max, b0.last, b0.count), (1.0, 100.0, 15.0, 15));
+        assert_eq!((b0.min, b0.max, b0.last, b0.count), (1.0, 1e6, (w - 1) as f64, w - 1));
         let b1 = level0.iter().find(|(id, _)| id.3 == 1).map(|(_, b)| *b).unwrap();
-        assert_eq!((b1.min, b1.max, b1.last, b1.count), (16.0, 20.0, 20.0, 5));
+        assert_eq!((b1.min, b1.max, b1.last, b1.count), (w as f64, (w + 20) as f64, (w + 20) as f64, 21));
         assert!(acc.take_dirty().is_empty(), "nothing changed since");
         let level1 = dirty.iter().find(|(id, _)| id.2 == 1).map(|(_, b)| *b).unwrap();
-        assert_eq!(level1.max, 100.0, "a spike stays visible at the coarse level");
-        assert_eq!(level1.count, 20);
+        assert_eq!(level1.max, 1e6, "a spike stays visible at the coarse level");
+        assert_eq!(level1.count, w + 20);
     }
 }

@@ -18,11 +18,13 @@ pub fn snapshot(store: &crate::store::Store, id: &RunId) -> anyhow::Result<crate
     let ranks: Vec<u32> = detail.ranks.iter().map(|r| r.rank).collect();
     let per_series = SNAPSHOT_POINTS / (detail.metrics.len().max(1) * ranks.len().max(1)) as u64;
     let mut series = Vec::new();
+    // One reader for every series: the run's journal is decoded once, not once a series.
+    let mut points = store.run_points(id)?;
     for metric in &detail.metrics {
         for info in &detail.ranks {
             let level = LEVELS.iter().position(|w| info.step / w <= per_series);
             let buckets: Vec<Bucket> = if info.step <= per_series {
-                let points = store.series(id, metric, Some(info.rank))?;
+                let points = points.series(metric, Some(info.rank))?;
                 let one = |p: crate::store::Point| Bucket {
                     min: p.value,
                     max: p.value,
@@ -34,7 +36,7 @@ pub fn snapshot(store: &crate::store::Store, id: &RunId) -> anyhow::Result<crate
                 points.into_iter().map(one).collect()
             } else {
                 let level = level.unwrap_or(LEVELS.len() - 1) as u8;
-                store.rollups(id, metric, info.rank, level)?.into_iter().map(|(_, b)| b).collect()
+                points.rollups(metric, info.rank, level)?.into_iter().map(|(_, b)| b).collect()
             };
             series.push(SeriesSnapshot { metric: metric.clone(), rank: info.rank, buckets });
         }
