@@ -191,12 +191,34 @@ fn a_schema_1_database_is_migrated_with_every_point_and_rollup() {
         .unwrap();
     assert!(status.success());
     let db = dir.path().join("store-v1");
+    // Schema 1's log lines, one key each (`run \0 rank(u32 BE) n(u64 BE)` → the line), written
+    // as schema 1's writer did (the fixture predates the logs' move), 2,000 kept of rank 0's.
+    let run_key = |rank: u32, n: u64| {
+        let mut k = b"20261206-100000-v1fixture\0".to_vec();
+        k.extend_from_slice(&rank.to_be_bytes());
+        k.extend_from_slice(&n.to_be_bytes());
+        k
+    };
+    {
+        let raw = sled::open(&db).unwrap();
+        let logs = raw.open_tree("logs").unwrap();
+        for n in 501..=2500u64 {
+            logs.insert(run_key(0, n), format!("rank 0 line {n}").as_bytes()).unwrap();
+        }
+        logs.insert(run_key(2, 1), &b"rank 2's only line"[..]).unwrap();
+        raw.flush().unwrap();
+    }
     for _ in 0..2 {
         // Twice: the second open finds schema 2 and changes nothing.
         let store = Store::open(&db).unwrap();
         let runs = store.list_runs().unwrap();
         assert_eq!(runs.len(), 1);
         let run = &runs[0].id;
+        let tail = store.log_tail(run, 0).unwrap();
+        assert_eq!(tail.len(), 2000);
+        assert_eq!((tail[0].as_str(), tail[1999].as_str()), ("rank 0 line 501", "rank 0 line 2500"));
+        assert_eq!(store.log_tail(run, 2).unwrap(), ["rank 2's only line"]);
+        assert!(store.log_tail(run, 1).unwrap().is_empty());
         let names = ["grad_norm", "loss", "lr", "step_time_ms"];
         assert_eq!(store.metric_names(run).unwrap(), names);
         for name in names {
@@ -291,4 +313,39 @@ fn a_reader_made_before_a_compaction_reads_after_it_without_counting_twice() {
     assert_eq!(after.iter().map(|(_, b)| b.count).sum::<u64>(), 400, "each step once after the compaction");
     assert_eq!(reader.series("loss", Some(5)).unwrap().len(), 400);
     assert_rollups(&store, &run.id, "loss", 5);
+}
+
+#[test]
+fn each_rank_keeps_its_last_2000_log_lines_live_after_the_end_and_reopened() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = run_record("20261206-000000-logs", 4);
+    let line = |rank: u32, n: u64| format!("rank {rank} line {n} ✓");
+    let want =
+        |rank: u32, last: u64| ((last.saturating_sub(1999)).max(1)..=last).map(|n| line(rank, n)).collect::<Vec<_>>();
+    {
+        let store = Store::open(dir.path()).unwrap();
+        let mut w = store.writer();
+        // 4 ranks × 6,000 lines, 10 a rank a batch: compactions at 16,384 lines, chunks dropped
+        // as each rank's tail moves past them.
+        for first in (1..=6000u64).step_by(10) {
+            let mut b = Batch::default();
+            for n in first..first + 10 {
+                for rank in 0..4 {
+                    b.logs.push((run.id.clone(), rank, n, line(rank, n)));
+                }
+            }
+            w.write(b).unwrap();
+            if first == 2991 {
+                assert_eq!(store.log_tail(&run.id, 3).unwrap(), want(3, 3000), "live, journal and chunks");
+            }
+        }
+        assert_eq!(store.log_tail(&run.id, 1).unwrap(), want(1, 6000));
+        w.close_run(&run.id).unwrap();
+        assert_eq!(store.log_tail(&run.id, 2).unwrap(), want(2, 6000), "after the end");
+    }
+    let store = Store::open(dir.path()).unwrap();
+    for rank in 0..4 {
+        assert_eq!(store.log_tail(&run.id, rank).unwrap(), want(rank, 6000), "reopened");
+    }
+    assert!(store.log_tail(&run.id, 4).unwrap().is_empty());
 }

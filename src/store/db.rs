@@ -1,5 +1,6 @@
 //! The sled database behind `Store`: trees, schema version, writes in batches, reads by range.
 use super::keys;
+use super::logs::LogJournals;
 use super::points::Journals;
 use super::{EventRecord, Point, RankInfo, RunRecord};
 use crate::ids::RunId;
@@ -13,8 +14,7 @@ use std::sync::{Arc, RwLock};
 /// with the rollups, in one `history` tree (`points.rs`; `migrate.rs` moves 1 to 2).
 pub const SCHEMA_VERSION: u32 = 2;
 
-/// Log lines kept per rank (the tail; the full log stays in the node's log file).
-pub const LOG_TAIL_LINES: u64 = 2000;
+pub use super::logs::LOG_TAIL_LINES;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -79,7 +79,8 @@ pub struct Store {
     compaction: Arc<(AtomicU64, RwLock<()>)>,
     events: sled::Tree,
     collectives: sled::Tree,
-    logs: sled::Tree,
+    /// Each rank's last lines: chunks and a journal (`logs.rs`).
+    pub(super) logs: sled::Tree,
     pub(super) checkpoints: sled::Tree,
     verdicts: sled::Tree,
 }
@@ -88,6 +89,7 @@ pub struct Store {
 pub struct Writer {
     store: Store,
     journals: Journals,
+    log_journals: LogJournals,
     /// A write failed: memory may hold what the disk does not, so the journal is read again.
     stale: bool,
 }
@@ -145,7 +147,7 @@ impl Store {
 
     /// The writer for this database. Only the ingest thread may hold one.
     pub fn writer(&self) -> Writer {
-        Writer { store: self.clone(), journals: Journals::default(), stale: true }
+        Writer { store: self.clone(), journals: Journals::default(), log_journals: LogJournals::default(), stale: true }
     }
 
     /// How many compactions have started and finished: odd while one is being applied.
@@ -186,6 +188,11 @@ impl Writer {
             self.journals.close(&self.store, run, &mut hist)?;
         }
         self.apply_compaction(hist)?;
+        let mut logs = sled::Batch::default();
+        for run in self.log_journals.load(&self.store, &mut logs)? {
+            self.log_journals.close(&self.store, &run, &mut logs)?;
+        }
+        self.store.logs.apply_batch(logs)?;
         self.store.db.flush()?;
         self.stale = false;
         Ok(())
@@ -246,11 +253,8 @@ impl Writer {
         self.store.collectives.apply_batch(colls)?;
 
         let mut logs = sled::Batch::default();
-        for (run, rank, n, line) in &batch.logs {
-            logs.insert(keys::rank_seq_key(run, *rank, *n), line.as_bytes());
-            if *n >= LOG_TAIL_LINES {
-                logs.remove(keys::rank_seq_key(run, *rank, n - LOG_TAIL_LINES));
-            }
+        for run in self.log_journals.append(&self.store, batch.logs, &mut logs)? {
+            self.log_journals.compact(&self.store, &run, &mut logs)?;
         }
         self.store.logs.apply_batch(logs)?;
 
@@ -278,7 +282,10 @@ impl Writer {
             return self.fold_journals();
         }
         let mut hist = sled::Batch::default();
+        let mut logs = sled::Batch::default();
         let r = self.journals.close(&self.store, run, &mut hist).and_then(|()| self.apply_compaction(hist));
+        let r = r.and_then(|()| self.log_journals.close(&self.store, run, &mut logs));
+        let r = r.and_then(|()| Ok(self.store.logs.apply_batch(logs)?));
         let r = r.and_then(|()| Ok(self.store.db.flush().map(|_| ())?));
         self.stale |= r.is_err();
         r
@@ -333,13 +340,6 @@ impl Store {
                 bincode::deserialize(&kv?.1)
                     .map_err(|e| StoreError::Corrupt { tree: "collectives", reason: e.to_string() })
             })
-            .collect()
-    }
-
-    pub fn log_tail(&self, run: &RunId, rank: u32) -> Result<Vec<String>, StoreError> {
-        self.logs
-            .scan_prefix(keys::rank_key(run, rank))
-            .map(|kv| Ok(String::from_utf8_lossy(&kv?.1).into_owned()))
             .collect()
     }
 

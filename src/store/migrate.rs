@@ -51,7 +51,44 @@ pub fn v1_to_v2(db: &sled::Db, history: &sled::Tree) -> Result<(), StoreError> {
         put(&mut out, &p, &points);
     }
     history.apply_batch(out)?;
+    logs_v1_to_v2(&db.open_tree("logs")?)?;
     db.flush()?;
+    Ok(())
+}
+
+/// Schema 1's log lines, one key each (`run \0 rank n` → the line), into one chunk per rank.
+/// An open cut short may have left chunks already; they start with their tag and are skipped.
+fn logs_v1_to_v2(logs: &sled::Tree) -> Result<(), StoreError> {
+    let mut out = sled::Batch::default();
+    let mut open: Option<(Vec<u8>, BTreeMap<u64, String>)> = None;
+    for kv in logs.iter() {
+        let (k, v) = kv?;
+        if super::logs::is_schema_2_key(&k) {
+            continue;
+        }
+        let split = k.len().checked_sub(8).filter(|&n| n > 4).ok_or_else(|| StoreError::Corrupt {
+            tree: "logs",
+            reason: format!("a key of {} bytes (schema 1 migration)", k.len()),
+        })?;
+        let (rank_key, n) = k.split_at(split);
+        let n = n.try_into().map(u64::from_be_bytes).unwrap_or(0);
+        let line = String::from_utf8_lossy(&v).into_owned();
+        match &mut open {
+            Some((p, lines)) if p.as_slice() == rank_key => {
+                lines.insert(n, line);
+            }
+            _ => {
+                if let Some((p, lines)) = open.replace((rank_key.to_vec(), BTreeMap::from([(n, line)]))) {
+                    super::logs::put_chunk(&mut out, &p, &lines);
+                }
+            }
+        }
+        out.remove(k);
+    }
+    if let Some((p, lines)) = open {
+        super::logs::put_chunk(&mut out, &p, &lines);
+    }
+    logs.apply_batch(out)?;
     Ok(())
 }
 

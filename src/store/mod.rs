@@ -10,6 +10,7 @@ pub mod db;
 mod detail;
 mod journal;
 pub mod keys;
+mod logs;
 mod migrate;
 mod points;
 pub mod rollup;
