@@ -347,5 +347,7 @@ fn each_rank_keeps_its_last_2000_log_lines_live_after_the_end_and_reopened() {
     for rank in 0..4 {
         assert_eq!(store.log_tail(&run.id, rank).unwrap(), want(rank, 6000), "reopened");
     }
+    let counts = store.log_line_counts(&run.id).unwrap();
+    assert_eq!(counts.into_iter().collect::<Vec<_>>(), [(0, 6000), (1, 6000), (2, 6000), (3, 6000)]);
     assert!(store.log_tail(&run.id, 4).unwrap().is_empty());
 }

@@ -221,5 +221,7 @@ async fn recover(shared: &Shared) {
 }
 
 fn tracker_clone(record: &crate::store::RunRecord, shared: &Shared) -> tracker::Tracker {
-    tracker::Tracker::new(record.clone(), shared.store.ranks(&record.id).unwrap_or_default())
+    let mut tracker = tracker::Tracker::new(record.clone(), shared.store.ranks(&record.id).unwrap_or_default());
+    tracker.continue_log_lines(shared.store.log_line_counts(&record.id).unwrap_or_default());
+    tracker
 }

@@ -41,6 +41,12 @@ impl Tracker {
         }
     }
 
+    /// Numbers each rank's next log line after the ones the store holds (a reattach after a
+    /// server restart), so its tail goes on in order.
+    pub fn continue_log_lines(&mut self, stored: BTreeMap<u32, u64>) {
+        self.log_lines = stored;
+    }
+
     fn run(&self) -> RunId {
         self.state.record.id.clone()
     }
@@ -286,6 +292,20 @@ mod gpu_tests {
 
     fn frame(seq: u64, event: AgentEvent) -> AgentFrame {
         AgentFrame { seq, t_ms: seq, event }
+    }
+
+    #[test]
+    fn after_a_reattach_log_lines_are_numbered_on_from_the_stored_ones() {
+        let mut t = Tracker::new(record(), vec![]);
+        t.continue_log_lines(BTreeMap::from([(1, 41)]));
+        let log = |seq, rank| {
+            let line = format!("line {seq}");
+            frame(seq, AgentEvent::Log { rank: Rank(rank), stream: crate::protocol::Stream::Stdout, line })
+        };
+        let mut batch = Batch::default();
+        t.apply(0, &[log(1, 1), log(2, 0), log(3, 1)], &mut batch);
+        let numbered: Vec<(u32, u64)> = batch.logs.iter().map(|(_, rank, n, _)| (*rank, *n)).collect();
+        assert_eq!(numbered, [(1, 42), (0, 1), (1, 43)]);
     }
 
     #[test]

@@ -190,6 +190,30 @@ impl Store {
         Ok(by_n.into_values().skip(skip).collect())
     }
 
+    /// The newest line number stored for each rank of a run, so a tracker made again after a
+    /// server restart numbers on from there instead of from 1.
+    pub fn log_line_counts(&self, run: &RunId) -> Result<BTreeMap<u32, u64>, StoreError> {
+        let mut out: BTreeMap<u32, u64> = BTreeMap::new();
+        let mut note = |rank: u32, n: u64| {
+            let e = out.entry(rank).or_insert(n);
+            *e = (*e).max(n);
+        };
+        for kv in self.logs.scan_prefix(journal_prefix(run)) {
+            if let Ok(lines) = decode_entry(&kv?.1) {
+                lines.iter().for_each(|l| note(l.0, l.1));
+            }
+        }
+        let prefix = keys::tagged(CHUNK, &keys::run_prefix(run));
+        for kv in self.logs.scan_prefix(&prefix) {
+            let (k, v) = kv?;
+            let rank = k.get(prefix.len()..prefix.len() + 4).and_then(|b| b.try_into().ok()).map(u32::from_be_bytes);
+            if let (Some(rank), Ok((_, last))) = (rank, chunk_span(&v)) {
+                note(rank, last);
+            }
+        }
+        Ok(out)
+    }
+
     /// One rank's stored chunks as (first, last) line numbers, oldest first.
     fn log_chunks(&self, run: &RunId, rank: u32) -> Result<VecDeque<(u64, u64)>, StoreError> {
         let mut out = VecDeque::new();
