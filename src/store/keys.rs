@@ -59,6 +59,26 @@ pub fn journal_key(run: &RunId, n: u64) -> Vec<u8> {
     k
 }
 
+/// The run of a tagged key (`tag run \0 ...`), if it has one.
+pub fn tagged_run(key: &[u8]) -> Option<RunId> {
+    let rest = key.get(1..)?;
+    let end = rest.iter().position(|&b| b == 0)?;
+    Some(RunId(String::from_utf8_lossy(&rest[..end]).into_owned()))
+}
+
+/// Items grouped by run, runs in order of first appearance, items in their order (a batch
+/// holds one run or a few: a linear search beats hashing every item).
+pub fn group_by_run<T>(items: impl IntoIterator<Item = (RunId, T)>) -> Vec<(RunId, Vec<T>)> {
+    let mut out: Vec<(RunId, Vec<T>)> = Vec::new();
+    for (run, item) in items {
+        match out.iter_mut().find(|(r, _)| *r == run) {
+            Some((_, v)) => v.push(item),
+            None => out.push((run, vec![item])),
+        }
+    }
+    out
+}
+
 /// Splits a series key (after its metric prefix) into rank and step.
 pub fn rank_step(suffix: &[u8]) -> Option<(u32, u64)> {
     if suffix.len() != 12 {

@@ -77,15 +77,8 @@ impl LogJournals {
         lines: Vec<(RunId, u32, u64, String)>,
         out: &mut sled::Batch,
     ) -> Result<Vec<RunId>, StoreError> {
-        let mut by_run: Vec<(RunId, Vec<Line>)> = Vec::new();
-        for (run, rank, n, line) in lines {
-            match by_run.iter_mut().find(|(r, _)| *r == run) {
-                Some((_, v)) => v.push((rank, n, line)),
-                None => by_run.push((run, vec![(rank, n, line)])),
-            }
-        }
         let mut full = Vec::new();
-        for (run, lines) in by_run {
+        for (run, lines) in keys::group_by_run(lines.into_iter().map(|(run, rank, n, line)| (run, (rank, n, line)))) {
             let mut k = journal_prefix(&run);
             k.extend_from_slice(&store.db.generate_id()?.to_be_bytes());
             out.insert(k.clone(), encode_entry(&lines));
@@ -148,9 +141,7 @@ impl LogJournals {
         self.runs.clear();
         for kv in store.logs.scan_prefix([JOURNAL]) {
             let (k, v) = kv?;
-            let run =
-                k[1..].iter().position(|&b| b == 0).map(|end| RunId(String::from_utf8_lossy(&k[1..1 + end]).into()));
-            match (run, decode_entry(&v)) {
+            match (keys::tagged_run(&k), decode_entry(&v)) {
                 (Some(run), Ok(lines)) => {
                     let j = self.runs.entry(run).or_default();
                     j.keys.push(k.to_vec());

@@ -58,15 +58,8 @@ impl Journals {
         points: Vec<(RunId, Metric, Point)>,
         hist: &mut sled::Batch,
     ) -> Result<Vec<RunId>, StoreError> {
-        let mut by_run: Vec<(RunId, Vec<(Metric, Point)>)> = Vec::new();
-        for (run, metric, p) in points {
-            match by_run.iter_mut().find(|(r, _)| *r == run) {
-                Some((_, v)) => v.push((metric, p)),
-                None => by_run.push((run, vec![(metric, p)])),
-            }
-        }
         let mut full = Vec::new();
-        for (run, points) in by_run {
+        for (run, points) in keys::group_by_run(points.into_iter().map(|(run, m, p)| (run, (m, p)))) {
             let key = keys::journal_key(&run, store.db.generate_id()?);
             hist.insert(key.clone(), journal::encode(points.iter().map(|(m, p)| (m.as_ref(), p))));
             let j = self.runs.entry(run.clone()).or_default();
@@ -135,7 +128,8 @@ impl Journals {
         self.runs.clear();
         for kv in store.history.scan_prefix([keys::JOURNAL]) {
             let (k, v) = kv?;
-            let read = journal_run(&k).and_then(|run| Ok((decode_entry(&run, &v)?, run)));
+            let read =
+                keys::tagged_run(&k).ok_or_else(|| no_run(&k)).and_then(|run| Ok((decode_entry(&run, &v)?, run)));
             let (points, run) = match read {
                 Ok(read) => read,
                 Err(e) => {
@@ -200,13 +194,8 @@ fn corrupt_block(key: &[u8], e: block::Malformed) -> StoreError {
     StoreError::Corrupt { tree: "history", reason: format!("block {}: {}", String::from_utf8_lossy(key), e.0) }
 }
 
-fn journal_run(key: &[u8]) -> Result<RunId, StoreError> {
-    let rest = &key[1..];
-    let end = rest.iter().position(|&b| b == 0).ok_or_else(|| StoreError::Corrupt {
-        tree: "history",
-        reason: format!("journal key {} has no run", String::from_utf8_lossy(key)),
-    })?;
-    Ok(RunId(String::from_utf8_lossy(&rest[..end]).into_owned()))
+fn no_run(key: &[u8]) -> StoreError {
+    StoreError::Corrupt { tree: "history", reason: format!("journal key {} has no run", String::from_utf8_lossy(key)) }
 }
 
 fn decode_entry(run: &RunId, bytes: &[u8]) -> Result<Vec<(Metric, Point)>, StoreError> {
