@@ -10,6 +10,17 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+/// Opens a database, waiting while a handle just dropped (here, or by a killed child) still
+/// holds sled's file lock: sled releases it only when its background threads end.
+fn open_store(path: &Path) -> Result<Store, flightdeck::store::StoreError> {
+    loop {
+        match Store::open(path) {
+            Err(e) if e.to_string().contains("could not acquire lock") => std::thread::yield_now(),
+            other => return other,
+        }
+    }
+}
+
 const METRICS: [&str; 3] = ["loss", "lr", "step_time_ms"];
 
 fn run_record(id: &str, world: u32) -> RunRecord {
@@ -95,7 +106,7 @@ fn assert_rollups(store: &Store, run: &RunId, metric: &str, rank: u32) {
 #[test]
 fn blocks_and_the_journal_round_trip_every_point_while_live_and_after_the_end() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
+    let store = open_store(dir.path()).unwrap();
     let mut w = store.writer();
     let run = run_record("20261206-000000-blocks", 8);
     // 8 ranks × 3 metrics × 3,000 steps = 72,000 points: one compaction on the way (at 65,536),
@@ -111,14 +122,14 @@ fn blocks_and_the_journal_round_trip_every_point_while_live_and_after_the_end() 
     assert_eq!(store.metric_names(&run.id).unwrap(), vec!["loss", "lr", "step_time_ms"]);
     drop((w, store));
     // Reopened: the same points, from blocks only.
-    let store = Store::open(dir.path()).unwrap();
+    let store = open_store(dir.path()).unwrap();
     assert_every_point(&store, &run.id, 8, 1..3001);
 }
 
 #[test]
 fn a_step_written_again_replaces_the_first_and_steps_going_back_are_kept_in_order() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
+    let store = open_store(dir.path()).unwrap();
     let mut w = store.writer();
     let run = run_record("20261206-000000-again", 1);
     let point = |step, value| (run.id.clone(), "loss".into(), Point { step, rank: 0, value });
@@ -144,7 +155,7 @@ fn a_step_written_again_replaces_the_first_and_steps_going_back_are_kept_in_orde
 #[test]
 fn a_reader_never_sees_a_compaction_half_done() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
+    let store = open_store(dir.path()).unwrap();
     let mut w = store.writer();
     let run = run_record("20261206-000000-reader", 64);
     let reader = {
@@ -210,7 +221,7 @@ fn a_schema_1_database_is_migrated_with_every_point_and_rollup() {
     }
     for _ in 0..2 {
         // Twice: the second open finds schema 2 and changes nothing.
-        let store = Store::open(&db).unwrap();
+        let store = open_store(&db).unwrap();
         let runs = store.list_runs().unwrap();
         assert_eq!(runs.len(), 1);
         let run = &runs[0].id;
@@ -249,7 +260,7 @@ fn a_schema_1_database_is_migrated_with_every_point_and_rollup() {
 #[test]
 fn kill_child_writes_until_killed() {
     let Some(dir) = std::env::var_os("FD_STORE_KILL_CHILD") else { return };
-    let store = Store::open(Path::new(&dir)).unwrap();
+    let store = open_store(Path::new(&dir)).unwrap();
     let mut w = store.writer();
     let run = run_record("20261206-000000-killed", 16);
     for step in 1.. {
@@ -283,7 +294,7 @@ fn a_writer_killed_mid_write_loses_nothing_it_acknowledged() {
         child.kill().unwrap();
         child.wait().unwrap();
         assert_eq!(acked, target);
-        let store = Store::open(dir.path()).unwrap();
+        let store = open_store(dir.path()).unwrap();
         let id = RunId("20261206-000000-killed".into());
         let loss = store.series(&id, "loss", Some(15)).unwrap();
         // Each round's child starts again at step 1 (writing steps again), so the steps held
@@ -300,7 +311,7 @@ fn a_writer_killed_mid_write_loses_nothing_it_acknowledged() {
 #[test]
 fn a_reader_made_before_a_compaction_reads_after_it_without_counting_twice() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
+    let store = open_store(dir.path()).unwrap();
     let mut w = store.writer();
     let run = run_record("20261206-000000-before", 64);
     // 64 ranks × 3 metrics: the journal is compacted when it passes 65,536 points (342 steps).
@@ -323,7 +334,7 @@ fn each_rank_keeps_its_last_2000_log_lines_live_after_the_end_and_reopened() {
     let want =
         |rank: u32, last: u64| ((last.saturating_sub(1999)).max(1)..=last).map(|n| line(rank, n)).collect::<Vec<_>>();
     {
-        let store = Store::open(dir.path()).unwrap();
+        let store = open_store(dir.path()).unwrap();
         let mut w = store.writer();
         // 4 ranks × 6,000 lines, 10 a rank a batch: compactions at 16,384 lines, chunks dropped
         // as each rank's tail moves past them.
@@ -343,7 +354,7 @@ fn each_rank_keeps_its_last_2000_log_lines_live_after_the_end_and_reopened() {
         w.close_run(&run.id).unwrap();
         assert_eq!(store.log_tail(&run.id, 2).unwrap(), want(2, 6000), "after the end");
     }
-    let store = Store::open(dir.path()).unwrap();
+    let store = open_store(dir.path()).unwrap();
     for rank in 0..4 {
         assert_eq!(store.log_tail(&run.id, rank).unwrap(), want(rank, 6000), "reopened");
     }
