@@ -60,3 +60,23 @@ pub fn main(sizes: &[u64], iters: (u64, u64), budget_bytes: u64) -> anyhow::Resu
     ring.barrier()?;
     Ok(())
 }
+
+/// One core copying a buffer of each size into another, as often as an all-reduce of that size
+/// runs: the bandwidth a loopback all-reduce is bounded by, since every byte is copied at least
+/// into a peer's reach and back out. Prints one JSON line per size, as `main` does.
+pub fn memcpy(sizes: &[u64], iters: (u64, u64), budget_bytes: u64) {
+    for &size in sizes {
+        let (src, mut dst) = (vec![1u8; size as usize], vec![0u8; size as usize]);
+        let iters = iters_for(size, iters, budget_bytes);
+        for _ in 0..WARMUP_ITERS {
+            dst.copy_from_slice(std::hint::black_box(&src));
+        }
+        let t0 = Instant::now();
+        for _ in 0..iters {
+            dst.copy_from_slice(std::hint::black_box(&src));
+            std::hint::black_box(&mut dst);
+        }
+        let seconds = t0.elapsed().as_secs_f64();
+        println!("{{\"bytes\": {size}, \"iters\": {iters}, \"seconds\": {seconds}}}");
+    }
+}

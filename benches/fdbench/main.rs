@@ -24,6 +24,8 @@ const USAGE: &str = "usage: fdbench SUBCOMMAND [ARGS]
   arith SEED FIRST COUNT LEN        synthetic:arith sequences, for checking the Python port
   allreduce SIZES_BYTES MIN_ITERS MAX_ITERS BUDGET_BYTES
                                     one rank of the ring all-reduce benchmark (torchrun env)
+  memcpy SIZES_BYTES MIN_ITERS MAX_ITERS BUDGET_BYTES
+                                    one core copying buffers of each size: the all-reduce's limit
   history-write DIR RANKS STEPS     one run's metrics into a fresh store through the store writer
   history-load DIR COLUMNS          reopen, read loss for every rank, draw the chart from rollups
   fanout SSH_CONFIG HOSTS COMMAND   COMMAND on every host (comma-separated aliases) over ssh2, in parallel
@@ -62,6 +64,15 @@ fn run(args: &[String]) -> anyhow::Result<()> {
             let sizes = sizes.split(',').map(|s| parse_u64(s, "SIZES_BYTES")).collect::<Result<Vec<_>, _>>()?;
             let iters = (parse_u64(min_iters, "MIN_ITERS")?, parse_u64(max_iters, "MAX_ITERS")?);
             allreduce::main(&sizes, iters, parse_u64(budget, "BUDGET_BYTES")?)
+        }
+        "memcpy" => {
+            let [sizes, min_iters, max_iters, budget] = rest else {
+                bail!("memcpy takes SIZES_BYTES (comma-separated) MIN_ITERS MAX_ITERS BUDGET_BYTES\n{USAGE}");
+            };
+            let sizes = sizes.split(',').map(|s| parse_u64(s, "SIZES_BYTES")).collect::<Result<Vec<_>, _>>()?;
+            let iters = (parse_u64(min_iters, "MIN_ITERS")?, parse_u64(max_iters, "MAX_ITERS")?);
+            allreduce::memcpy(&sizes, iters, parse_u64(budget, "BUDGET_BYTES")?);
+            Ok(())
         }
         "history-write" => {
             let [dir, ranks, steps] = rest else { bail!("history-write takes DIR RANKS STEPS\n{USAGE}") };

@@ -128,7 +128,7 @@ impl<'de> serde::Deserialize<'de> for RunSecret {
     }
 }
 
-fn fill_random(bytes: &mut [u8]) -> io::Result<()> {
+pub(crate) fn fill_random(bytes: &mut [u8]) -> io::Result<()> {
     let mut filled = 0;
     while filled < bytes.len() {
         let rest = &mut bytes[filled..];

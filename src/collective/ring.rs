@@ -4,9 +4,12 @@
 //! and accepts the previous one; the data path is in `exchange`. A failed collective closes
 //! both sockets, so the failure travels around the ring and every rank returns an error
 //! instead of waiting on a neighbour that gave up. Every ring connection starts with the run's
-//! handshake (`auth`), then the hello; the listener's side is `admit`.
+//! handshake (`auth`), then the hello; the listener's side is `admit`. When every rank is on
+//! one machine, large all-reduces take the shared-memory path (`shm`) over the same sockets'
+//! watch; the sums are the same bits either way.
 mod admit;
 mod exchange;
+mod shm;
 
 use super::auth::{Gate, Purpose, HANDSHAKE_TIMEOUT};
 use super::rendezvous::StoreClient;
@@ -29,6 +32,28 @@ pub fn addr_key(rank: u32) -> String {
     format!("ring/rank{rank}/addr")
 }
 
+/// The store key under which `rank` publishes its machine and shared-memory segment.
+fn shm_key(rank: u32) -> String {
+    format!("ring/rank{rank}/shm")
+}
+
+/// Whether large all-reduces may use shared memory when every rank is on one machine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SharedMemory {
+    WhenLocal,
+    Never,
+}
+
+impl SharedMemory {
+    /// `FLIGHTDECK_RING_SHM=0` turns the shared-memory path off (as NCCL_SHM_DISABLE does).
+    pub fn from_env() -> SharedMemory {
+        match std::env::var("FLIGHTDECK_RING_SHM").as_deref() {
+            Ok("0") => SharedMemory::Never,
+            _ => SharedMemory::WhenLocal,
+        }
+    }
+}
+
 pub struct Ring {
     rank: Rank,
     world_size: u32,
@@ -47,6 +72,8 @@ enum Links {
     Connected {
         next: Peer,
         prev: Peer,
+        /// Every rank's segment, when the whole world shares this machine.
+        shared: Option<shm::Shared>,
     },
     /// A collective failed and the sockets are closed; the text is that first error.
     Broken(String),
@@ -61,7 +88,7 @@ struct Peer {
 impl Ring {
     /// Joins the ring of `world_size` ranks through `store`, listening on `advertise_host`
     /// (an address the other ranks can reach) and taking only peers that pass `gate`. Gives
-    /// up after `timeout`.
+    /// up after `timeout`. Shared memory as `FLIGHTDECK_RING_SHM` says.
     pub fn connect(
         store: &mut StoreClient,
         rank: Rank,
@@ -70,23 +97,56 @@ impl Ring {
         timeout: Duration,
         gate: &Gate,
     ) -> Result<Ring, CollectiveError> {
+        Ring::connect_with(store, rank, world_size, advertise_host, timeout, gate, SharedMemory::from_env())
+    }
+
+    /// `connect`, with the shared-memory path allowed or not.
+    pub fn connect_with(
+        store: &mut StoreClient,
+        rank: Rank,
+        world_size: u32,
+        advertise_host: &str,
+        timeout: Duration,
+        gate: &Gate,
+        shared: SharedMemory,
+    ) -> Result<Ring, CollectiveError> {
         if rank.0 >= world_size {
             return Err(rendezvous_error(
                 store,
                 format!("rank {rank} is outside a world of {world_size} (valid ranks: 0..{world_size})"),
             ));
         }
-        let links = match world_size {
+        let deadline = Instant::now() + timeout;
+        let mut links = match world_size {
             1 => Links::Alone,
-            _ => link_up(store, rank.0, world_size, advertise_host, Instant::now() + timeout, gate)?,
+            _ => link_up(store, rank.0, world_size, advertise_host, deadline, gate)?,
         };
+        if let (Links::Connected { next, prev, shared: segments }, SharedMemory::WhenLocal) = (&mut links, shared) {
+            if world_size as usize <= shm::MAX_WORLD {
+                *segments = share_memory(store, rank.0, world_size, next, prev, deadline)?;
+            }
+        }
         Ok(Ring { rank, world_size, seq: 0, links, staging: Vec::new(), fault: None })
+    }
+
+    /// Whether this ring's all-reduces go through shared memory.
+    pub fn shares_memory(&self) -> bool {
+        self.segment_path().is_some()
+    }
+
+    /// Where this rank's shared-memory segment was made (the file is removed once every rank
+    /// has mapped it), if the ring shares memory.
+    pub fn segment_path(&self) -> Option<&std::path::Path> {
+        match &self.links {
+            Links::Connected { shared: Some(shared), .. } => Some(shared.path()),
+            _ => None,
+        }
     }
 
     fn run(&mut self, op: CollectiveOp, buf: &mut [f32]) -> Result<(), CollectiveError> {
         self.seq += 1;
         let seq = self.seq;
-        let (next, prev) = match &mut self.links {
+        let links = match &mut self.links {
             Links::Alone => return Ok(()),
             Links::Broken(first) => {
                 return Err(CollectiveError::Protocol {
@@ -95,14 +155,19 @@ impl Ring {
                     reason: format!("the ring broke in an earlier collective ({first})"),
                 })
             }
-            Links::Connected { next, prev } => (next, prev),
+            Links::Connected { next, prev, shared } => (next, prev, shared),
         };
+        let (next, prev, shared) = links;
         let header = Header { seq, op, elements: buf.len() as u64 };
         let rank = self.rank.0 as usize;
         let n = self.world_size as usize;
         let stall = self.fault.take() == Some(InjectedFault::StallAfterFirstChunk);
-        let result =
-            exchange::all_reduce(&mut next.stream, &mut prev.stream, rank, n, header, buf, &mut self.staging, stall);
+        let result = match shared {
+            Some(shared) if !buf.is_empty() => shared.all_reduce(&next.stream, &prev.stream, header, buf, stall),
+            _ => {
+                exchange::all_reduce(&mut next.stream, &mut prev.stream, rank, n, header, buf, &mut self.staging, stall)
+            }
+        };
         let Err(failure) = result else {
             return Ok(());
         };
@@ -198,7 +263,72 @@ fn link_up(
             .join()
             .unwrap_or_else(|_| Err("the ring's accepting thread panicked".into()))
             .map_err(|reason| CollectiveError::Rendezvous { addr: store_addr.clone(), reason });
-        Ok(Links::Connected { next: next?, prev: prev? })
+        Ok(Links::Connected { next: next?, prev: prev?, shared: None })
+    })
+}
+
+/// Sets up the shared-memory path when every rank is on this machine: each rank creates its
+/// segment and publishes it with its machine's identity; where all identities agree each maps
+/// every segment; one all-reduce over the ring then says whether every rank managed, after which
+/// the files are removed (the mappings stay). None (the TCP path) where anything disagrees or
+/// fails, on every rank alike.
+fn share_memory(
+    store: &mut StoreClient,
+    rank: u32,
+    world_size: u32,
+    next: &mut Peer,
+    prev: &mut Peer,
+    deadline: Instant,
+) -> Result<Option<shm::Shared>, CollectiveError> {
+    let own = shm::machine_identity().and_then(|machine| match shm::Own::create(rank) {
+        Ok(own) => Some((machine, own)),
+        Err(e) => {
+            tracing::info!("ring: no shared-memory segment for rank {rank} ({e}); all-reduces go over TCP");
+            None
+        }
+    });
+    let entry = own.as_ref().map_or("-".to_string(), |(machine, own)| format!("{machine}\n{}", own.path().display()));
+    store.set(&shm_key(rank), entry.as_bytes())?;
+    let mut entries = Vec::with_capacity(world_size as usize);
+    for r in 0..world_size {
+        entries.push(String::from_utf8_lossy(&store.get(&shm_key(r), left(deadline))?).into_owned());
+    }
+    let mapped = own.as_ref().and_then(|(machine, _)| {
+        let mut peers = Vec::with_capacity(entries.len());
+        for (r, entry) in entries.iter().enumerate().filter(|(r, _)| *r != rank as usize) {
+            let (their_machine, path) = entry.split_once('\n')?;
+            if their_machine != machine {
+                return None;
+            }
+            match shm::PeerSegment::open(path) {
+                Ok(segment) => peers.push((r, segment)),
+                Err(e) => {
+                    tracing::info!("ring: cannot map rank {r}'s segment {path} ({e}); all-reduces go over TCP");
+                    return None;
+                }
+            }
+        }
+        Some(peers)
+    });
+    // Every rank takes the path only if every rank mapped every segment.
+    let mut missing = [if mapped.is_some() { 0.0f32 } else { 1.0 }];
+    let header = Header { seq: 0, op: CollectiveOp::AllReduce, elements: 1 };
+    let mut staging = Vec::new();
+    let (r, n) = (rank as usize, world_size as usize);
+    let agreed =
+        exchange::all_reduce(&mut next.stream, &mut prev.stream, r, n, header, &mut missing, &mut staging, false);
+    if let Some((_, own)) = &own {
+        own.unlink();
+    }
+    agreed.map_err(|failure| match failure {
+        Failure::Send(e) => CollectiveError::Peer { peer: next.rank, addr: next.addr.clone(), source: e },
+        Failure::Recv(e) => CollectiveError::Peer { peer: prev.rank, addr: prev.addr.clone(), source: e },
+        Failure::Mismatch(reason) => rendezvous_error(store, format!("agreeing on shared memory: {reason}")),
+        Failure::Poll(e) => rendezvous_error(store, format!("agreeing on shared memory: {e}")),
+    })?;
+    Ok(match (own, mapped) {
+        (Some((_, own)), Some(peers)) if missing[0] == 0.0 => Some(own.into_shared(r, peers)),
+        _ => None,
     })
 }
 

@@ -35,7 +35,7 @@ pub(super) struct Header {
 }
 
 impl Header {
-    fn encode(self) -> [u8; HEADER_BYTES] {
+    pub(super) fn encode(self) -> [u8; HEADER_BYTES] {
         let op = match self.op {
             CollectiveOp::AllReduce => 1u64,
             CollectiveOp::ReduceScatter => 2,
@@ -50,7 +50,7 @@ impl Header {
         out
     }
 
-    fn describe(bytes: &[u8; HEADER_BYTES]) -> String {
+    pub(super) fn describe(bytes: &[u8; HEADER_BYTES]) -> String {
         let word = |i: usize| {
             let mut w = [0u8; 8];
             w.copy_from_slice(&bytes[i * 8..i * 8 + 8]);
@@ -82,7 +82,7 @@ pub(super) enum Failure {
 }
 
 /// The `i`th of `n` near-equal chunks of `len` elements; the first `len % n` get one extra.
-fn chunk(len: usize, n: usize, i: usize) -> Range<usize> {
+pub(super) fn chunk(len: usize, n: usize, i: usize) -> Range<usize> {
     let (base, extra) = (len / n, len % n);
     let start = i * base + i.min(extra);
     start..start + base + usize::from(i < extra)

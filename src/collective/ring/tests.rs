@@ -10,8 +10,19 @@ const LENGTHS: [usize; 6] = [0, 1, 3, 7, 1000, (1 << 20) + 5];
 /// Not a timing assertion: a deadlock fails the test instead of hanging the whole suite.
 const HANG_GUARD: Duration = Duration::from_secs(120);
 
+const BOTH: [SharedMemory; 2] = [SharedMemory::WhenLocal, SharedMemory::Never];
+
 /// Runs `body` on every rank of a fresh world (its own store) and returns results by rank.
 fn run_world<T, F>(world_size: u32, body: F) -> Vec<T>
+where
+    T: Send + 'static,
+    F: Fn(Ring) -> T + Send + Sync + 'static,
+{
+    run_world_with(world_size, SharedMemory::WhenLocal, body)
+}
+
+/// `run_world` over the shared-memory path (every rank here is on one machine) or TCP alone.
+fn run_world_with<T, F>(world_size: u32, shared: SharedMemory, body: F) -> Vec<T>
 where
     T: Send + 'static,
     F: Fn(Ring) -> T + Send + Sync + 'static,
@@ -27,9 +38,12 @@ where
             let (addr, body, tx, gate) = (addr.clone(), Arc::clone(&body), tx.clone(), gate.clone());
             std::thread::spawn(move || {
                 let mut store = StoreClient::connect(&addr, &gate, Duration::from_secs(10)).unwrap();
-                let ring = Ring::connect(&mut store, Rank(r), world_size, "127.0.0.1", Duration::from_secs(30), &gate)
-                    .unwrap();
+                let timeout = Duration::from_secs(30);
+                let ring =
+                    Ring::connect_with(&mut store, Rank(r), world_size, "127.0.0.1", timeout, &gate, shared).unwrap();
                 assert_eq!((ring.rank(), ring.world_size()), (Rank(r), world_size));
+                let want_shared = world_size > 1 && shared == SharedMemory::WhenLocal;
+                assert_eq!(ring.shares_memory(), want_shared, "rank {r} of {world_size}, {shared:?}");
                 tx.send((r, body(ring))).unwrap();
             })
         })
@@ -51,8 +65,8 @@ fn small_int(rank: u32, i: usize) -> f32 {
 
 #[test]
 fn all_reduce_sums_exactly_for_every_world_and_length() {
-    for world_size in 1..=4u32 {
-        let results = run_world(world_size, |mut ring| {
+    for (world_size, shared) in (1..=4u32).flat_map(|w| BOTH.map(|s| (w, s))) {
+        let results = run_world_with(world_size, shared, |mut ring| {
             let rank = ring.rank().0;
             LENGTHS
                 .iter()
@@ -71,7 +85,7 @@ fn all_reduce_sums_exactly_for_every_world_and_length() {
                     let want: f32 = (0..world_size).map(|r| small_int(r, i)).sum();
                     buf[i] != want
                 });
-                assert_eq!(wrong, None, "world {world_size}, rank {rank}, length {len}");
+                assert_eq!(wrong, None, "world {world_size}, rank {rank}, length {len}, {shared:?}");
             }
         }
     }
@@ -91,17 +105,21 @@ fn random_floats(seed: u64, len: usize) -> Vec<f32> {
         .collect()
 }
 
+/// Also across the two paths: a run's losses must not depend on whether its ranks shared a
+/// machine (the shared-memory sums follow the ring's order element by element).
 #[test]
-fn random_floats_end_bit_identical_on_every_rank() {
-    for (world_size, len) in [(3u32, 1000usize), (4, (1 << 20) + 5)] {
-        let results = run_world(world_size, move |mut ring| {
-            let mut buf = random_floats(u64::from(ring.rank().0) + 1, len);
-            ring.all_reduce_sum(&mut buf).unwrap();
-            buf
+fn random_floats_end_bit_identical_on_every_rank_and_path() {
+    for (world_size, len) in [(2u32, 777usize), (3, 1000), (3, (1 << 19) + 1), (4, (1 << 20) + 5)] {
+        let [results, over_tcp] = BOTH.map(|shared| {
+            run_world_with(world_size, shared, move |mut ring| {
+                let mut buf = random_floats(u64::from(ring.rank().0) + 1, len);
+                ring.all_reduce_sum(&mut buf).unwrap();
+                buf
+            })
         });
-        for (rank, buf) in results.iter().enumerate().skip(1) {
+        for (rank, buf) in results.iter().chain(&over_tcp).enumerate().skip(1) {
             let same = buf.iter().zip(&results[0]).all(|(a, b)| a.to_bits() == b.to_bits());
-            assert!(same, "world {world_size}: rank {rank} differs from rank 0");
+            assert!(same, "world {world_size}, length {len}: result {rank} (of both paths' ranks) differs from rank 0");
         }
         let inputs: Vec<_> = (1..=u64::from(world_size)).map(|s| random_floats(s, len)).collect();
         for (i, got) in results[0].iter().enumerate() {
@@ -114,7 +132,13 @@ fn random_floats_end_bit_identical_on_every_rank() {
 
 #[test]
 fn a_dropped_rank_makes_the_others_fail_instead_of_hang() {
-    let results = run_world(3, |mut ring| {
+    for shared in BOTH {
+        a_dropped_rank_fails_the_others(shared);
+    }
+}
+
+fn a_dropped_rank_fails_the_others(shared: SharedMemory) {
+    let results = run_world_with(3, shared, |mut ring| {
         let mut buf = vec![1.0f32; 1 << 20];
         ring.all_reduce_sum(&mut buf).unwrap();
         if ring.rank() == Rank(2) {
@@ -128,30 +152,56 @@ fn a_dropped_rank_makes_the_others_fail_instead_of_hang() {
     for (rank, first, later) in results.into_iter().flatten() {
         match &first {
             CollectiveError::Peer { peer, addr, .. } => {
-                assert_ne!(*peer, rank, "rank {rank} blamed itself: {first}");
-                assert!(addr.starts_with("127.0.0.1:"), "rank {rank}: {first}");
+                assert_ne!(*peer, rank, "rank {rank} blamed itself: {first} ({shared:?})");
+                assert!(addr.starts_with("127.0.0.1:"), "rank {rank}: {first} ({shared:?})");
             }
-            other => panic!("rank {rank}: expected a peer error, got {other}"),
+            other => panic!("rank {rank}: expected a peer error, got {other} ({shared:?})"),
         }
         assert!(
             matches!(&later, CollectiveError::Protocol { seq: 3, op: "barrier", reason } if reason.contains("broke")),
-            "rank {rank}: {later}"
+            "rank {rank}: {later} ({shared:?})"
         );
     }
 }
 
 #[test]
 fn mismatched_sizes_are_refused_not_summed() {
-    let results = run_world(2, |mut ring| {
-        let mut buf = vec![1.0f32; 10 + ring.rank().0 as usize];
-        ring.all_reduce_sum(&mut buf).unwrap_err()
+    // 10 against 11 elements on either path, and an empty buffer (which stays on TCP) against
+    // one element (shared memory): the waiting rank sees the other's TCP header.
+    for (sizes, shared) in
+        [([10, 11], SharedMemory::WhenLocal), ([10, 11], SharedMemory::Never), ([0, 1], SharedMemory::WhenLocal)]
+    {
+        let results = run_world_with(2, shared, move |mut ring| {
+            let mut buf = vec![1.0f32; sizes[ring.rank().0 as usize]];
+            ring.all_reduce_sum(&mut buf).unwrap_err()
+        });
+        let mismatch = results.iter().find_map(|e| match e {
+            CollectiveError::Protocol { seq: 1, op: "all_reduce", reason } => Some(reason.clone()),
+            _ => None,
+        });
+        let reason = mismatch.unwrap_or_else(|| panic!("no rank saw the mismatch: {results:?} ({shared:?})"));
+        let [a, b] = sizes.map(|n| format!("of {n} elements"));
+        assert!(reason.contains(&a) || reason.contains(&b), "{reason} ({shared:?})");
+        if sizes[0] != 0 {
+            assert!(reason.contains(&a) && reason.contains(&b), "{reason} ({shared:?})");
+        }
+    }
+}
+
+#[test]
+fn shared_memory_segments_leave_no_file_behind() {
+    let results = run_world(3, |mut ring| {
+        // Looked at while the segments are mapped and in use: the files are gone already.
+        let path = ring.segment_path().expect("every rank here shares one machine").to_path_buf();
+        let mut buf = vec![1.0f32; 300_000];
+        ring.all_reduce_sum(&mut buf).unwrap();
+        (path.exists(), path, buf[299_999])
     });
-    let mismatch = results.iter().find_map(|e| match e {
-        CollectiveError::Protocol { seq: 1, op: "all_reduce", reason } => Some(reason.clone()),
-        _ => None,
-    });
-    let reason = mismatch.unwrap_or_else(|| panic!("no rank saw the mismatch: {results:?}"));
-    assert!(reason.contains("of 10 elements") && reason.contains("of 11 elements"), "{reason}");
+    for (exists, path, last) in results {
+        assert!(!exists, "{} is still there", path.display());
+        assert!(path.starts_with("/dev/shm"), "{}", path.display());
+        assert_eq!(last, 3.0);
+    }
 }
 
 #[test]
