@@ -67,8 +67,8 @@ fn median(xs: &[f64]) -> f64 {
 }
 
 fn measure(recipe: &Recipe, base: &Path, reps: usize) -> anyhow::Result<Result> {
-    let model = Gpt::new(&recipe.model, recipe.train.seed)?;
-    let opt = AdamW::from_recipe(model.params(), &recipe.train)?;
+    let mut model = Gpt::new(&recipe.model, recipe.train.seed)?;
+    let opt = AdamW::from_recipe(model.params_mut(), &recipe.train)?;
     let tele = Telemetry::disabled();
     let never = AtomicBool::new(false);
     let mut out = Result { bytes: 0, plain_gbps: vec![], save_gbps: vec![], load_gbps: vec![], blocking_ms: vec![] };
@@ -102,7 +102,7 @@ fn measure(recipe: &Recipe, base: &Path, reps: usize) -> anyhow::Result<Result> 
         std::fs::remove_file(&plain)?;
 
         let mut m2 = Gpt::new(&recipe.model, recipe.train.seed + 1)?;
-        let mut o2 = AdamW::from_recipe(m2.params(), &recipe.train)?;
+        let mut o2 = AdamW::from_recipe(m2.params_mut(), &recipe.train)?;
         let t0 = Instant::now();
         restore(&dir, 0, 1, &mut m2, &mut o2)?;
         out.load_gbps.push(bytes as f64 / t0.elapsed().as_secs_f64() / 1e9);

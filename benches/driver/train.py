@@ -14,6 +14,7 @@ STEPS = 40
 # Steps 1..FIRST are warm-up (allocator, first-touch, thread pools); the clock runs from the
 # line of step FIRST to the line of the last step.
 FIRST = 10
+TARGET = 1.1
 LINE = re.compile(r"rank 0 step (\d+)/(\d+) loss ([0-9.naif-]+) step ([0-9.]+) ms")
 RECIPE = "recipes/tiny-gpt.toml"
 
@@ -119,7 +120,7 @@ def run(tools, deadline, out=print):
                     f"{tokens / med(fd_ms) * 1e3:,.0f}",
                     f"{tokens / med(ref_ms) * 1e3:,.0f}",
                     f"**{ratio:.2f}**",
-                    "met" if ratio >= 1.0 else "**missed**",
+                    "met" if ratio >= TARGET else "**missed**",
                     f"{med([r['loss'] for r in got['fd']]):.4f} / {med([r['loss'] for r in got['ref']]):.4f}",
                     len(fd_ms),
                 ]
@@ -140,7 +141,7 @@ def run(tools, deadline, out=print):
         "Flightdeck tokens/s",
         "PyTorch tokens/s",
         "speed-up",
-        "target ≥ 1.0",
+        f"target ≥ {TARGET}",
         f"loss at step {STEPS} (FD / PyTorch)",
         "reps",
     ]

@@ -5,7 +5,6 @@
 //! libtorch_cuda.so from the same directory before any CUDA use, which registers the CUDA
 //! backend with the dispatcher, then LOCAL_RANK picks the device.
 use super::group::StepCollective;
-use super::model::Param;
 use super::train::TrainError;
 use crate::collective::{DeviceBuf, DeviceDtype};
 use crate::ids::Step;
@@ -136,9 +135,10 @@ pub fn autocast<T>(
     Ok(tch::autocast(true, f)?)
 }
 
-/// Gradient averaging in device memory through the group's GPU all-reduce (NCCL): gradients
-/// are flattened into one device buffer in parameter order, all-reduced `bucket_bytes` at a
-/// time (one flight record each), divided by the world size and copied back.
+/// Gradient averaging in device memory through the group's GPU all-reduce (NCCL), on the
+/// optimizer's flat gradient (parameter order, on the device; autograd accumulates into it):
+/// all-reduced in place `bucket_bytes` at a time (one flight record each), then divided by the
+/// world size.
 pub struct DeviceBuckets {
     bucket_elems: usize,
 }
@@ -150,26 +150,13 @@ impl DeviceBuckets {
 
     pub fn all_reduce_mean(
         &mut self,
-        params: &[Param],
+        grads: &mut Tensor,
         group: &mut dyn StepCollective,
         step: Step,
     ) -> Result<(), TrainError> {
         let _no_grad = tch::no_grad_guard();
-        let grads = params
-            .iter()
-            .map(|p| {
-                let g = p.tensor.f_grad()?;
-                if g.defined() {
-                    Ok(g)
-                } else {
-                    p.tensor.f_zeros_like()
-                }
-            })
-            .collect::<Result<Vec<Tensor>, tch::TchError>>()?;
-        let views = grads.iter().map(|g| g.f_view([-1])).collect::<Result<Vec<Tensor>, _>>()?;
-        let mut flat = Tensor::f_cat(&views, 0)?;
-        let base = flat.data_ptr() as u64;
-        let total = flat.numel();
+        let base = grads.data_ptr() as u64;
+        let total = grads.numel();
         let mut off = 0;
         while off < total {
             let n = self.bucket_elems.min(total - off);
@@ -177,15 +164,7 @@ impl DeviceBuckets {
             group.all_reduce_sum_device(buf).map_err(|source| TrainError::Collective { step: step.0, source })?;
             off += n;
         }
-        let _ = flat.f_div_scalar_(f64::from(group.world_size()))?;
-        let mut at = 0i64;
-        for (p, mut g) in params.iter().zip(grads) {
-            let n = g.numel() as i64;
-            if p.tensor.f_grad()?.defined() {
-                g.f_copy_(&flat.f_narrow(0, at, n)?.f_view_as(&g)?)?;
-            }
-            at += n;
-        }
+        let _ = grads.f_div_scalar_(f64::from(group.world_size()))?;
         Ok(())
     }
 }

@@ -6,8 +6,8 @@ use super::checkpoint::{self, Checkpointer, CkptError, Flow, Plan};
 use super::data::{DataError, Loader, Source};
 use super::group::StepCollective;
 use super::grpo::{self, Rollouts};
-use super::model::{Gpt, Param};
-use super::optim::{clip_grad_norm, lr_at, zero_grad, AdamW};
+use super::model::Gpt;
+use super::optim::{lr_at, AdamW};
 use super::telemetry::TelemetryTx;
 use crate::collective::{CollectiveError, InjectedFault};
 use crate::ids::{unix_ms, Step};
@@ -156,9 +156,9 @@ pub fn train_session(
         }
         false => None,
     };
-    let mut opt = AdamW::from_recipe(model.params(), &recipe.train)?;
+    let mut opt = AdamW::from_recipe(model.params_mut(), &recipe.train)?;
     let on_gpu = device.is_cuda();
-    let mut comm = Buckets::new(&recipe.parallel, if on_gpu { 0 } else { model.num_params() });
+    let comm = Buckets::new(&recipe.parallel);
     let mut gpu_comm = super::cuda::DeviceBuckets::new(&recipe.parallel);
     let steps = recipe.train.steps;
     let mut start = 0;
@@ -241,8 +241,9 @@ pub fn train_session(
             let t_fwd = Instant::now();
 
             tele.phase(step, Phase::Bwd);
-            zero_grad(model.params_mut())?;
+            opt.zero_grad(model.params())?;
             loss.f_backward()?;
+            opt.gather_grads(model.params())?;
             // Reads the loss back to the host: a synchronisation point on a GPU.
             loss_sum += loss.f_double_value(&[])?;
             if let Some(fault) = fault_at(FaultKind::Slow, s) {
@@ -274,9 +275,9 @@ pub fn train_session(
                     eprintln!("rank {rank}: fault injection: one element short in step {s} at unix ms {}", unix_ms());
                 }
                 if on_gpu {
-                    gpu_comm.all_reduce_mean(model.params(), group, step)?;
+                    gpu_comm.all_reduce_mean(opt.grads_mut(), group, step)?;
                 } else {
-                    comm.all_reduce_mean(model.params(), group, shrink).map_err(|e| match e {
+                    comm.all_reduce_mean(opt.grads_mut(), group, shrink).map_err(|e| match e {
                         CommError::Torch(t) => TrainError::Torch(t),
                         CommError::Collective(c) => TrainError::Collective { step: s, source: c },
                     })?;
@@ -288,8 +289,8 @@ pub fn train_session(
 
             tele.phase(step, Phase::Opt);
             lr = lr_at(&recipe.train, s);
-            grad_norm = clip_grad_norm(model.params_mut(), recipe.train.grad_clip)?;
-            opt.step(model.params_mut(), lr)?;
+            grad_norm = opt.clip_grad_norm(recipe.train.grad_clip)?;
+            opt.step(lr)?;
             t_opt = Instant::now();
             for (i, (a, b)) in
                 [(t_pass, t_fwd), (t_fwd, t_bwd), (t_bwd, t_comm), (t_comm, t_opt)].into_iter().enumerate()
@@ -469,60 +470,53 @@ enum CommError {
     Collective(CollectiveError),
 }
 
-/// Gradient averaging. All gradients are copied into one flat host buffer in parameter order
-/// (identical on every rank), all-reduced `bucket_bytes` at a time (one collective, one flight
-/// record per bucket), divided by the world size and copied back. The buffer lives for the run.
+/// Gradient averaging on the optimizer's flat gradient (parameter order, identical on every
+/// rank; autograd accumulates into it), all-reduced in place `bucket_bytes` at a time (one
+/// collective, one flight record per bucket), then divided by the world size.
 struct Buckets {
-    flat: Vec<f32>,
     bucket_elems: usize,
 }
 
 impl Buckets {
-    fn new(parallel: &crate::recipe::Parallel, num_params: usize) -> Buckets {
-        let bucket_elems = (parallel.bucket_bytes as usize / std::mem::size_of::<f32>()).max(1);
-        // World 1 never communicates: no buffer.
-        let len = if parallel.data > 1 { num_params } else { 0 };
-        Buckets { flat: vec![0.0; len], bucket_elems }
+    fn new(parallel: &crate::recipe::Parallel) -> Buckets {
+        Buckets { bucket_elems: (parallel.bucket_bytes as usize / std::mem::size_of::<f32>()).max(1) }
     }
 
     /// `shrink` (fault injection) sends the first bucket one element short, so this rank's
     /// collective differs in size from its peers' at the same sequence number.
     fn all_reduce_mean(
-        &mut self,
-        params: &[Param],
+        &self,
+        grads: &mut Tensor,
         group: &mut dyn StepCollective,
         shrink: bool,
     ) -> Result<(), CommError> {
-        let torch = CommError::Torch;
-        let mut off = 0;
-        let mut grads = Vec::with_capacity(params.len());
-        for p in params {
-            let n = p.tensor.numel();
-            let g = p.tensor.f_grad().map_err(torch)?;
-            if g.defined() {
-                g.f_contiguous().and_then(|c| c.f_copy_data(&mut self.flat[off..off + n], n)).map_err(torch)?;
-            } else {
-                self.flat[off..off + n].fill(0.0);
-            }
-            grads.push((g, off, n));
-            off += n;
-        }
-        for (i, bucket) in self.flat.chunks_mut(self.bucket_elems).enumerate() {
+        let flat = host_floats(grads).map_err(CommError::Torch)?;
+        for (i, bucket) in flat.chunks_mut(self.bucket_elems).enumerate() {
             let len = if shrink && i == 0 { bucket.len().saturating_sub(1) } else { bucket.len() };
             group.all_reduce_sum(&mut bucket[..len]).map_err(CommError::Collective)?;
         }
-        let world = group.world_size() as f32;
-        self.flat.iter_mut().for_each(|x| *x /= world);
-        let _no_grad = tch::no_grad_guard();
-        let all = Tensor::f_from_slice(&self.flat).map_err(torch)?;
-        for (mut g, off, n) in grads {
-            if g.defined() {
-                let src = all.f_narrow(0, off as i64, n as i64).and_then(|t| t.f_view_as(&g)).map_err(torch)?;
-                g.f_copy_(&src).map_err(torch)?;
-            }
-        }
+        let _ = grads.f_div_scalar_(f64::from(group.world_size())).map_err(CommError::Torch)?;
         Ok(())
     }
+}
+
+/// A contiguous f32 tensor in host memory as the slice the collectives take.
+fn host_floats(t: &mut Tensor) -> Result<&mut [f32], TchError> {
+    if t.device() != tch::Device::Cpu || t.kind() != tch::Kind::Float || !t.is_contiguous() {
+        return Err(TchError::Kind(format!(
+            "the gradient buffer must be a contiguous f32 tensor in host memory, got {:?} {:?}",
+            t.kind(),
+            t.device()
+        )));
+    }
+    let n = t.numel();
+    if n == 0 {
+        return Ok(&mut []);
+    }
+    // SAFETY: a contiguous CPU f32 tensor of n elements owns n·4 bytes at data_ptr, aligned
+    // for f32; the exclusive borrow of the tensor handle keeps this code its only user while
+    // the slice lives (the optimizer, its owner, is not called meanwhile).
+    Ok(unsafe { std::slice::from_raw_parts_mut(t.data_ptr().cast::<f32>(), n) })
 }
 
 /// `fault.kind = "crash"`: dies by SIGKILL, as an OOM-killed or segfaulted rank would, after

@@ -106,11 +106,11 @@ fn a_restore_refuses_another_model_world_or_a_damaged_file() {
     let mut other = r.model.clone();
     other.d_model = 64;
     let mut model = Gpt::new(&other, 1).unwrap();
-    let mut opt = AdamW::from_recipe(model.params(), &r.train).unwrap();
+    let mut opt = AdamW::from_recipe(model.params_mut(), &r.train).unwrap();
     let err = restore(&dir, 0, 1, &mut model, &mut opt).unwrap_err().to_string();
     assert!(err.contains("tensor wte has shape [16, 32]") && err.contains("[16, 64]"), "{err}");
     let mut model = Gpt::new(&r.model, 1).unwrap();
-    let mut opt = AdamW::from_recipe(model.params(), &r.train).unwrap();
+    let mut opt = AdamW::from_recipe(model.params_mut(), &r.train).unwrap();
     let err = restore(&dir, 0, 2, &mut model, &mut opt).unwrap_err().to_string();
     assert!(err.contains("saved by 1 ranks, this run has 2"), "{err}");
     // One flipped byte in the weights: the loader's own hash refuses it.
