@@ -27,12 +27,28 @@ use env::WorkerEnv;
 use std::path::Path;
 use telemetry::Telemetry;
 
+/// Every step frees and allocates the same activations and gradients again. glibc's malloc
+/// gives large blocks back to the kernel (mmap'd blocks on free, the heap's top past a trim
+/// threshold), so each step would fault the same pages in anew; keeping up to 512 MiB of freed
+/// memory in the process instead made tiny-gpt's steps about 3 % faster here (24.5 → 23.7 ms,
+/// 1 rank × 2 threads, three runs each). Set before libtorch allocates anything.
+fn keep_freed_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: mallopt only changes allocator parameters (under the arena lock); no pointers.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 512 << 20);
+        libc::mallopt(libc::M_TOP_PAD, 64 << 20);
+    }
+}
+
 /// The entry for `flightdeck worker`: everything comes from the environment the agent (or
 /// torchrun) sets. Ok after `train.steps` steps; an error (to print on stderr, exit non-zero)
 /// otherwise.
 pub fn main_from_env() -> anyhow::Result<()> {
     // First: a graceful stop (SIGUSR1) that arrives during start-up must not kill the rank.
     checkpoint::stop::install().context("installing the SIGUSR1 (graceful stop) handler")?;
+    keep_freed_memory();
     let env = WorkerEnv::from_lookup(|k| std::env::var(k).ok())?;
     // Inter-op parallelism must be fixed before any parallel work (libtorch refuses, and tch
     // panics, on a second call); a model this size gains nothing from it. Intra-op threads
