@@ -10,6 +10,7 @@ pub mod fmt;
 pub mod frame_stats;
 pub mod groups;
 pub mod hang;
+pub mod heat_grid;
 mod input;
 pub mod io;
 pub mod keymap;

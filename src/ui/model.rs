@@ -13,7 +13,9 @@ const CROSS_CAP: usize = 2048;
 /// every rank each frame, so this bounds its cost (1,024 ranks × 128).
 const PER_RANK_CAP: usize = 128;
 /// Metrics kept per rank (the others only as the cross-rank aggregate, to bound memory).
-const PER_RANK_METRICS: [&str; 2] = ["loss", "step_time_ms"];
+const PER_RANK_METRICS: [&str; 2] = ["loss", STEP_TIME];
+/// The metric the heatmap draws.
+pub const STEP_TIME: &str = "step_time_ms";
 /// Collective sequence numbers kept for the collectives panel.
 const COLLECTIVES_KEPT: usize = 128;
 const LOG_LINES_KEPT: usize = 5000;
@@ -54,6 +56,8 @@ pub struct RunModel {
     /// Per rank: the newest collective it reported (sequence number, op, state).
     pub last_collective: Vec<Option<(u64, CollectiveOp, CollectiveState)>>,
     pub metrics: BTreeMap<String, MetricSeries>,
+    /// Every rank's step times in shared buckets, for the heatmap (kept as points arrive).
+    pub step_grid: super::heat_grid::HeatGrid,
     pub collectives: BTreeMap<u64, CollectiveRow>,
     pub logs: VecDeque<LogLine>,
     pub events: VecDeque<EventRecord>,
@@ -83,6 +87,7 @@ impl RunModel {
             state: RunState::new(d.run.clone(), d.ranks.clone()),
             last_collective: Vec::new(),
             metrics: BTreeMap::new(),
+            step_grid: Default::default(),
             collectives: BTreeMap::new(),
             logs: VecDeque::new(),
             events: d.events.iter().cloned().collect(),
@@ -155,6 +160,9 @@ impl RunModel {
             return;
         }
         *last = a.step;
+        if metric == STEP_TIME {
+            self.step_grid.add(rank as usize, a.step, a.sum, a.count);
+        }
         if keep_per_rank {
             if ms.per_rank.len() < world {
                 ms.per_rank.resize_with(world, || Series::new(PER_RANK_CAP));

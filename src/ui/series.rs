@@ -102,30 +102,6 @@ impl Series {
         self.entries = out;
     }
 
-    /// As `columns` with x = step, keeping only each column's sum and count (added into
-    /// `sums` and `counts`, one slot per column, which the caller clears): what a panel that
-    /// folds thousands of ranks a frame needs, without an allocation or an `Agg` per column.
-    pub fn column_sums(&self, x0: f64, x1: f64, sums: &mut [f64], counts: &mut [u64]) {
-        let n = sums.len().min(counts.len());
-        if n == 0 || x1 <= x0 {
-            if let (Some(l), true) = (self.entries.last(), n > 0) {
-                (sums[0], counts[0]) = (sums[0] + l.sum, counts[0] + l.count);
-            }
-            return;
-        }
-        let start = self.entries.partition_point(|e| (e.step as f64) < x0);
-        for e in &self.entries[start..] {
-            let x = e.step as f64;
-            if x > x1 {
-                break;
-            }
-            // The same arithmetic as `columns`, so both put an entry in the same column.
-            let c = (((x - x0) / (x1 - x0) * n as f64).floor() as usize).min(n - 1);
-            sums[c] += e.sum;
-            counts[c] += e.count;
-        }
-    }
-
     /// Folds entries into `n` columns over [x0, x1] by `x_of(step)`; empty columns are None.
     pub fn columns(&self, n: usize, x0: f64, x1: f64, x_of: &dyn Fn(u64) -> f64) -> Vec<Option<Agg>> {
         let mut cols: Vec<Option<Agg>> = vec![None; n];
@@ -177,26 +153,6 @@ mod tests {
         assert_eq!(s.entries()[0].mean(), 2.0);
         s.add(Agg::point(3, f64::NAN));
         assert_eq!(s.entries().len(), 2, "NaN is left out");
-    }
-
-    #[test]
-    fn column_sums_agree_with_columns() {
-        let mut s = Series::new(16);
-        for step in 1..=100u64 {
-            s.add(Agg::point(step, (step * 7 % 13) as f64));
-        }
-        for (n, x0, x1) in [(7usize, 1.0, 100.0), (30, 20.0, 80.0), (200, 1.0, 100.0), (1, 5.0, 5.0)] {
-            let want = s.columns(n, x0, x1, &|st| st as f64);
-            let (mut sums, mut counts) = (vec![0.0; n], vec![0u64; n]);
-            s.column_sums(x0, x1, &mut sums, &mut counts);
-            for (c, w) in want.iter().enumerate() {
-                assert_eq!(
-                    w.map(|a| (a.sum, a.count)),
-                    (counts[c] > 0).then_some((sums[c], counts[c])),
-                    "n {n} col {c}"
-                );
-            }
-        }
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Rank × time heatmap of step time: one row per rank (or per group of ranks, showing the
 //! group's slowest), one column per span of steps. A slow rank stands out as a row.
 use crate::ui::fmt;
-use crate::ui::model::RunModel;
+use crate::ui::model::{RunModel, STEP_TIME};
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::{Color, Style};
@@ -11,49 +11,43 @@ use ratatui::widgets::{Paragraph, Widget};
 /// Shades from fast to slow, by character (readable without colour) and colour.
 const SHADES: [(char, Color); 5] =
     [('·', Color::Blue), ('░', Color::Cyan), ('▒', Color::Green), ('▓', Color::Yellow), ('█', Color::Red)];
-const METRIC: &str = "step_time_ms";
 
 pub fn render(model: Option<&RunModel>, focused: bool, area: Rect, buf: &mut Buffer) {
-    let series = model.and_then(|m| m.metrics.get(METRIC));
+    let series = model.and_then(|m| m.metrics.get(STEP_TIME));
     let block = fmt::panel_block(fmt::title("step time", String::new()), focused);
     let inner = block.inner(area);
     block.render(area, buf);
-    let Some(series) = series else {
+    let (Some(model), Some(series)) = (model, series) else {
         Paragraph::new(Line::styled("no step times yet", fmt::dim())).render(inner, buf);
         return;
     };
     let (Some(first), Some(last)) = (series.cross.entries().first(), series.cross.entries().last()) else {
         return;
     };
+    let grid = &model.step_grid;
     let label_w = 6u16;
-    if inner.width <= label_w + 2 || inner.height < 2 {
+    if inner.width <= label_w + 2 || inner.height < 2 || grid.used() == 0 {
         return;
     }
     let rows = inner.height as usize - 1; // the last line is the legend
-                                          // One column per step when the run is shorter than the panel is wide, drawn `cell_w` wide.
-    let span = (last.step.saturating_sub(first.first) + 1) as usize;
-    let ncols = ((inner.width - label_w) as usize).min(span.max(1));
+                                          // One column per bucket (a bucket per step while the run is short) when the buckets fit,
+                                          // drawn `cell_w` wide; else each column spans several buckets.
+    let used = grid.used();
+    let ncols = ((inner.width - label_w) as usize).min(used);
     let cell_w = ((inner.width - label_w) as usize / ncols).max(1);
-    let world = series.per_rank.len().max(1);
+    let world = grid.ranks().max(1);
     let group = world.div_ceil(rows.max(1));
-    let (x0, x1) = (first.first as f64, (last.step as f64).max(first.first as f64 + 1.0));
-    // cells[row][col]: the slowest mean step time of the row's ranks in that column. Thousands
-    // of ranks a frame: each rank folds into two reused buffers, with no allocation per rank.
-    let mut cells: Vec<Vec<Option<f64>>> = Vec::new();
-    let (mut sums, mut counts) = (vec![0.0; ncols], vec![0u64; ncols]);
-    for chunk in series.per_rank.chunks(group) {
-        let mut row: Vec<Option<f64>> = vec![None; ncols];
-        for s in chunk {
-            sums.fill(0.0);
-            counts.fill(0);
-            s.column_sums(x0, x1, &mut sums, &mut counts);
-            for (c, (sum, count)) in sums.iter().zip(&counts).enumerate().filter(|(_, (_, n))| **n > 0) {
-                let v = sum / *count as f64;
-                row[c] = Some(row[c].map_or(v, |o: f64| o.max(v)));
-            }
-        }
-        cells.push(row);
-    }
+    // cells[row][col]: the slowest mean step time of the row's ranks in that column, read from
+    // the grid the model keeps as points arrive (not from every rank's series each frame).
+    let buckets = |c: usize| c * used / ncols..(c + 1) * used / ncols;
+    let cells: Vec<Vec<Option<f64>>> = (0..world)
+        .step_by(group)
+        .map(|a| {
+            (0..ncols)
+                .map(|c| (a..(a + group).min(world)).filter_map(|r| grid.mean(r, buckets(c))).reduce(f64::max))
+                .collect()
+        })
+        .collect();
     let vals = cells.iter().flatten().flatten();
     let (lo, hi) = vals.fold((f64::MAX, f64::MIN), |(lo, hi), &v| (lo.min(v), hi.max(v)));
     for (i, row) in cells.iter().enumerate().take(rows) {
