@@ -48,7 +48,7 @@ CHART_DIR = os.path.join(ROOT, "docs", "benchmarks")
 CHARTS = """\
 [![Speed-up of every benchmark against its reference, on a log axis around 1.0](benchmarks/ratios.png)](benchmarks/ratios.svg)
 
-[![All-reduce bus bandwidth against message size: ring and gloo, 2 and 4 processes](benchmarks/allreduce_busbw.png)](benchmarks/allreduce_busbw.svg)
+[![All-reduce bus bandwidth against message size: ring and gloo, 2 and 4 processes, with one core's memcpy of the same size](benchmarks/allreduce_busbw.png)](benchmarks/allreduce_busbw.svg)
 
 Drawn by `fdbench charts` from the tables below whenever `make bench*` rewrites one (`make
 bench-charts` redraws them alone); click a chart for its SVG. Each table's stamp says when and
