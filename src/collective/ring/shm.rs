@@ -393,11 +393,14 @@ fn neighbours_alive(next: &TcpStream, prev: &TcpStream) -> Result<(), Failure> {
     }
     let hung_up = || io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed mid-collective");
     if fds[0].revents != 0 {
+        // The next rank never sends: readable means it hung up (or failed); a spurious
+        // readiness that peeks nothing is no failure.
         let mut byte = [0u8; 1];
-        return Err(match next.peek(&mut byte) {
-            Err(e) if e.kind() != io::ErrorKind::WouldBlock => Failure::Send(e),
-            _ => Failure::Send(hung_up()),
-        });
+        match next.peek(&mut byte) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(Failure::Send(e)),
+            Ok(_) => return Err(Failure::Send(hung_up())),
+        }
     }
     let mut peeked = [0u8; HEADER_BYTES];
     match prev.peek(&mut peeked) {
