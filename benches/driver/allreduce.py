@@ -63,7 +63,7 @@ def run(tools, deadline, out=print):
         # 4 processes take about twice as long as 2: a third of the time left, then the rest.
         world_deadline = time.monotonic() + (deadline - time.monotonic()) / (3 - 2 * i)
         got = {"fd": [], "ref": [], "memcpy": []}
-        for rep in repetitions(n, world_deadline, minimum=3):
+        for rep in repetitions(n, world_deadline):
             got["memcpy"].append(memcpy_run(tools))
             for side in alternate(rep):
                 got[side].append(one_run(side, tools, world))

@@ -50,10 +50,17 @@ def reps(var, default):
     return int(raw)
 
 
-def repetitions(wanted, deadline, minimum):
-    """Yields repetition numbers: at least `minimum`, up to `wanted` while another one, as long
-    as the mean so far, still ends before `deadline` (time.monotonic()). This is how `make
-    bench` stays inside its time budget on a loaded machine; the doc says how many ran."""
+# Every benchmark runs at least this many repetitions per side, whatever its share of the time
+# budget: fewer would leave no median worth quoting (issue 16: at least 3 per side). Where
+# `make bench` would overrun, a repetition is made shorter instead (BENCH_HISTORY_STEPS).
+MIN_REPS = 3
+
+
+def repetitions(wanted, deadline, minimum=MIN_REPS):
+    """Yields repetition numbers: at least `minimum` (and `wanted` when it asks fewer), up to
+    `wanted` while another one, as long as the mean so far, still ends before `deadline`
+    (time.monotonic()). This is how `make bench` stays inside its time budget on a loaded
+    machine; the doc says how many ran."""
     start, rep = time.monotonic(), 0
     while rep < wanted:
         if rep >= minimum and time.monotonic() + (time.monotonic() - start) / rep > deadline:

@@ -136,7 +136,7 @@ def run(tools, deadline, out=print):
         for i, n in enumerate(COUNTS):
             share = time.monotonic() + (deadline - time.monotonic()) / (len(COUNTS) - i)
             got = {"fd": [], "fd_fanout": [], "ref": []}
-            for rep in repetitions(wanted, share, minimum=3):
+            for rep in repetitions(wanted, share):
                 for side in alternate(rep):
                     wall, inner = one(side, tools, hosts, n)
                     got[side].append(wall)

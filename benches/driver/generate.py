@@ -67,7 +67,7 @@ def run(tools, deadline, out=print):
             what, prompts, prompt_len, new_tokens = shape
             shape_deadline = time.monotonic() + (deadline - time.monotonic()) / (len(SHAPES) - i)
             got = {"fd": [], "ref": []}
-            for rep in repetitions(n, shape_deadline, minimum=3):
+            for rep in repetitions(n, shape_deadline):
                 for side in alternate(rep):
                     got[side].append(one_run(side, tools, recipe_path, shape))
                     out(f"  generate {what} rep {rep + 1} {side}: {got[side][-1]:,.0f} tokens/s")

@@ -64,7 +64,7 @@ def run(tools, deadline, out=print):
     n_steps = steps()
     got = {"fd": [], "ref": []}
     with tempfile.TemporaryDirectory(prefix="fd-bench-history-") as tmp:
-        for rep in repetitions(n, deadline, minimum=1):
+        for rep in repetitions(n, deadline):
             for side in alternate(rep):
                 r = one_rep(side, tools, tmp, n_steps)
                 got[side].append(r)

@@ -118,7 +118,7 @@ def run(tools, deadline, out=print):
     n = reps("BENCH_REPS", 4)
     got = {"fd": [], "ref": []}  # fd = telemetry on (A), ref = telemetry off (B)
     with tempfile.TemporaryDirectory(prefix="fd-bench-overhead-") as tmp:
-        for rep in repetitions(n, deadline, minimum=2):
+        for rep in repetitions(n, deadline):
             for side in alternate(rep):
                 r = one_run(tools, side == "fd", tmp)
                 got[side].append(r)

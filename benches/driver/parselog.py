@@ -10,7 +10,7 @@ import subprocess
 import tempfile
 import time
 
-from common import ROOT, Proc, alternate, clean_env, cmd, med, repetitions, reps, spread, table
+from common import MIN_REPS, ROOT, Proc, alternate, clean_env, cmd, med, repetitions, reps, spread, table
 
 LINES = int(os.environ.get("BENCH_PARSELOG_LINES", "1000000"))
 NOISE = [
@@ -123,7 +123,7 @@ def run(tools, deadline, out=print):
     ref_argv = ["grep", "-cE", GREP, log]
     got = {"fd": [], "fd_cpu": [], "ref": []}
     half = time.monotonic() + (deadline - time.monotonic()) * 0.6
-    for rep in repetitions(wanted, half, minimum=3):
+    for rep in repetitions(wanted, half):
         for side in alternate(rep):
             wall, cpu = timed(fd_argv if side == "fd" else ref_argv)
             got[side].append(n / wall)
@@ -131,7 +131,7 @@ def run(tools, deadline, out=print):
                 got["fd_cpu"].append(n / cpu if cpu > 0 else float("nan"))
         out(f"  parse-log rep {rep + 1}: {got['fd'][-1]:,.0f} lines/s, grep {got['ref'][-1]:,.0f} lines/s")
     live_got = {"auto": [], "none": []}
-    for rep in repetitions(max(wanted // 2, 2), deadline, minimum=2):
+    for rep in repetitions(max(wanted // 2, MIN_REPS), deadline):
         for fmt in ("auto", "none") if rep % 2 == 0 else ("none", "auto"):
             live_got[fmt].append(live(tools, fmt) * 100)
         out(f"  live rep {rep + 1}: agent {live_got['auto'][-1]:.1f} % CPU (auto), {live_got['none'][-1]:.1f} % (none)")

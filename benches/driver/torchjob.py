@@ -16,7 +16,7 @@ import tempfile
 import time
 
 from overhead import wait_server_gone
-from common import ROOT, Proc, alternate, clean_env, cmd, free_port, med, repetitions, reps, spread, table
+from common import MIN_REPS, ROOT, Proc, alternate, clean_env, cmd, free_port, med, repetitions, reps, spread, table
 
 SCRIPT = os.path.join(ROOT, "assets/examples/torch_ddp.py")
 # Long enough (about 10 s of training at 2 ms a step) to span several of the shim's full dumps
@@ -97,13 +97,13 @@ def run(tools, deadline, out=print):
     python = tools.python
     got = {"on": [], "off": []}
     half = time.monotonic() + (deadline - time.monotonic()) * 0.6
-    for rep in repetitions(wanted, half, minimum=3):
+    for rep in repetitions(wanted, half):
         for side in alternate(rep):
             got["on" if side == "fd" else "off"].append(step_ms(tools, python, side == "fd"))
         out(f"  shim rep {rep + 1}: {got['on'][-1]:.2f} ms/step with the shim, {got['off'][-1]:.2f} without")
     cost = [100 * (a - b) / b for a, b in zip(got["on"], got["off"])]
     det = []
-    for rep in repetitions(max(wanted // 2, 2), deadline - REF_WATCH_S - 30, minimum=2):
+    for rep in repetitions(max(wanted // 2, MIN_REPS), deadline - REF_WATCH_S - 30):
         s, kind = detection_s(tools, python)
         det.append(s)
         out(f"  hang rep {rep + 1}: {kind} after {s:.1f} s")

@@ -105,7 +105,7 @@ def run(tools, deadline, out=print):
             threads = max(cores // world, 1)  # the worker's rule: the node's cores shared by its ranks
             tokens = recipe["train"]["batch_per_rank"] * world * recipe["model"]["context"]
             got = {"fd": [], "ref": []}
-            for rep in repetitions(n, world_deadline, minimum=2):
+            for rep in repetitions(n, world_deadline):
                 for side in alternate(rep):
                     r = one_run(side, tools, recipe_path, world, threads)
                     got[side].append(r)
