@@ -36,6 +36,7 @@ class Hosts:
         for key in (host_key, client_key):
             subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key], check=True)
         shutil.copy(client_key + ".pub", self.path("authorized_keys"))
+        os.makedirs(self.path("home"))
         for i in range(n):
             with open(self.path(f"sshd{i}.conf"), "w") as f:
                 f.write(
@@ -43,6 +44,10 @@ class Hosts:
                     f"AuthorizedKeysFile {self.path('authorized_keys')}\nUsePAM no\nStrictModes no\n"
                     "PasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n"
                     "LogLevel ERROR\n"
+                    # An empty home for the sessions: the machine's ~/.bashrc (which Debian's bash
+                    # reads for commands over SSH) runs `pyenv init`, whose rehash races itself
+                    # when 32 sessions start at once and fails the command now and then.
+                    f"SetEnv HOME={self.path('home')}\n"
                 )
         public = open(host_key + ".pub").read().split()
         with open(self.path("known_hosts"), "w") as f:

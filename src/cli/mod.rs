@@ -13,6 +13,7 @@ mod report;
 mod resume;
 mod run;
 mod stacks;
+mod sweep;
 
 use crate::paths::{db_dir, DbPaths};
 use clap::{Parser, Subcommand};
@@ -102,6 +103,12 @@ pub enum Cmd {
     Export(export::ExportArgs),
     /// A markdown report with charts (SVG and PNG) of a run, or a comparison of several.
     Report(report::ReportArgs),
+    /// A grid or random sweep of a recipe ([sweep], --set-grid): each point a run, queued
+    /// onto the room this server knows.
+    Sweep(sweep::SweepArgs),
+    /// What waits and what runs: every sweep with a point queued or live (--all: every sweep);
+    /// --cancel SWEEP[:N].
+    Queue(sweep::QueueArgs),
     /// Internal: the cockpit's rendering benchmark on synthetic telemetry (docs/benchmarks.md).
     #[command(hide = true)]
     BenchUi(crate::ui::bench::BenchArgs),
@@ -171,6 +178,8 @@ async fn client_command(db: &DbPaths, cmd: Cmd) -> anyhow::Result<i32> {
         Cmd::Import(args) => import::import(db, args).await,
         Cmd::Export(args) => export::export(db, args).await,
         Cmd::Report(args) => report::report(db, args).await,
+        Cmd::Sweep(args) => sweep::sweep(db, args).await,
+        Cmd::Queue(args) => sweep::queue(db, args).await,
         Cmd::BenchUi(args) => crate::ui::bench::run(args).await,
         Cmd::Server { .. } | Cmd::Agent(_) | Cmd::Worker | Cmd::Doctor(_) | Cmd::ParseLog(_) => unreachable_command(),
     }

@@ -1,4 +1,4 @@
-//! The stable JSON shapes of `runs --json` and `show --json` (documented in docs/json.md).
+//! The stable JSON shapes of `runs --json`, `show --json` and `queue --json` (documented in docs/json.md).
 use crate::store::{RunDetail, RunRecord};
 use serde_json::{json, Value};
 
@@ -26,7 +26,67 @@ pub fn run_json(r: &RunRecord) -> Value {
         "resumed_from": r.resumed_from.as_ref().map(|p| json!({"step": p.step, "path": p.path})),
         "init_from": r.init_from.as_ref().map(|i| json!({"run": i.run.as_ref().map(|r| r.as_str()), "step": i.step, "path": i.path})),
         "restart": r.restart,
+        // Points count from 1 here, as `flightdeck queue` shows them.
+        "sweep": r.sweep.as_ref().map(|p| json!({"sweep": p.sweep, "point": p.point + 1})),
     })
+}
+
+/// `queue --json`: each sweep with its points (numbered from 1), their values and states.
+pub fn queue_json(sweeps: &[crate::record::SweepStatus]) -> Value {
+    let sweeps: Vec<Value> = sweeps
+        .iter()
+        .map(|s| {
+            let points: Vec<Value> = s
+                .points
+                .iter()
+                .zip(&s.sweep.points)
+                .enumerate()
+                .map(|(i, (p, spec))| {
+                    let (run, reason) = match &p.state {
+                        crate::record::PointState::Run { run, .. } => (Some(run.as_str()), None),
+                        crate::record::PointState::LaunchFailed { reason } => (None, Some(reason.as_str())),
+                        _ => (None, None),
+                    };
+                    let values: serde_json::Map<String, Value> =
+                        s.sweep.keys.iter().zip(&spec.values).map(|(k, v)| (k.clone(), toml_json(v))).collect();
+                    json!({
+                        "point": i + 1,
+                        "values": values,
+                        "state": p.state.word(),
+                        "restarting": p.restarting,
+                        "run": run,
+                        "run_name": spec.run_name,
+                        "reason": reason,
+                        "world_size": spec.world_size,
+                        "step": p.step,
+                        "steps_planned": p.steps,
+                        "last_loss": p.last_loss,
+                        "attempts": p.attempts,
+                    })
+                })
+                .collect();
+            json!({
+                "id": s.sweep.id,
+                "name": s.sweep.name,
+                "recipe_path": s.sweep.recipe_path,
+                "created_ms": s.sweep.created_ms,
+                "keys": s.sweep.keys,
+                "max_parallel": s.sweep.max_parallel,
+                "max_ranks": s.sweep.max_ranks,
+                "points": points,
+            })
+        })
+        .collect();
+    json!({ "version": JSON_VERSION, "sweeps": sweeps })
+}
+
+/// A swept value (TOML text) as JSON: numbers and booleans as themselves, the rest as text.
+fn toml_json(text: &str) -> Value {
+    use serde::Deserialize;
+    match toml::Value::deserialize(toml::de::ValueDeserializer::new(text)) {
+        Ok(v) => serde_json::to_value(v).unwrap_or_else(|_| Value::String(text.to_string())),
+        Err(_) => Value::String(text.to_string()),
+    }
 }
 
 pub fn runs_json(runs: &[RunRecord]) -> Value {

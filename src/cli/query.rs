@@ -117,6 +117,9 @@ pub async fn show(db: &DbPaths, run: &str, json: bool) -> anyhow::Result<i32> {
     let r = &d.run;
     println!("run      {} ({})", r.id, r.name);
     println!("recipe   {} ({})", r.recipe_name, r.recipe_path);
+    if let Some(p) = &r.sweep {
+        println!("sweep    {} point {} (`flightdeck queue --all` lists its points)", p.sweep, p.point + 1);
+    }
     println!(
         "status   {}{}",
         r.status.name(),

@@ -4,7 +4,7 @@ pub use crate::record::{signal_name, CollectiveOp, CollectiveRecord, CollectiveS
 use serde::{Deserialize, Serialize};
 
 /// Bumped on any change to these types; peers with another version are refused.
-pub const PROTOCOL_VERSION: u32 = 11;
+pub const PROTOCOL_VERSION: u32 = 12;
 
 /// The first frame on every connection, in both directions.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -436,6 +436,21 @@ pub enum Request {
         format: crate::adapters::Choice,
         name: Option<String>,
     },
+    /// Queue a sweep (`Reply::Swept`): the client expanded and validated every point;
+    /// `max_ranks` 0 asks for the server's default capacity.
+    Sweep {
+        sweep: crate::record::SweepRecord,
+        env: super::spec::ClientEnv,
+    },
+    /// Sweeps with a point waiting or running, or every sweep with `all` (`Reply::Queue`).
+    Queue {
+        all: bool,
+    },
+    /// Cancel a sweep's points (`SWEEP`, or one point `SWEEP:N`, N from 1): waiting ones never
+    /// start, running ones are killed (`Reply::Cancelled`).
+    Cancel {
+        target: String,
+    },
 }
 
 /// Server → client.
@@ -518,6 +533,19 @@ pub enum Reply {
     LaunchProgress {
         host: String,
         text: String,
+    },
+    /// A sweep queued, as stored (its capacity filled in).
+    Swept {
+        sweep: crate::record::SweepRecord,
+    },
+    Queue {
+        sweeps: Vec<crate::record::SweepStatus>,
+    },
+    /// Points (numbered from 1) that will not start, and runs killed.
+    Cancelled {
+        sweep: String,
+        points: Vec<u32>,
+        killed: Vec<RunId>,
     },
 }
 

@@ -45,6 +45,11 @@ impl RecipeError {
         self
     }
 
+    /// The message without the input's name (to wrap in another message).
+    pub(super) fn message(&self) -> &str {
+        &self.message
+    }
+
     pub fn kind(&self) -> ErrorKind {
         self.kind
     }

@@ -4,6 +4,7 @@ mod error;
 mod post;
 mod raw;
 mod sections;
+pub mod sweep;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -12,6 +13,7 @@ mod tree;
 mod validate;
 
 pub use error::{ErrorKind, RecipeError};
+pub use sweep::{load_sweep, SweepPlan};
 pub use validate::{load_file, parse_str};
 
 use serde::{Deserialize, Serialize};

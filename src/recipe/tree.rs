@@ -265,7 +265,7 @@ pub(super) fn apply_overrides(doc: &mut Table, overrides: &[String], ctx: &mut C
 }
 
 /// Splits a dotted `--set` key into its table and key, if the schema has it.
-fn resolve_key(key: &str) -> Result<(Option<&'static str>, &'static str, Ty), String> {
+pub(super) fn resolve_key(key: &str) -> Result<(Option<&'static str>, &'static str, Ty), String> {
     let parts: Vec<&str> = key.split('.').map(str::trim).collect();
     match parts.as_slice() {
         [name] => {

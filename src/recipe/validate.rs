@@ -25,7 +25,7 @@ pub fn load_file(path: &Path, overrides: &[String]) -> Result<Recipe, RecipeErro
     parse_with_base(&text, &origin, base.as_deref(), overrides)
 }
 
-fn read_error(path: &Path, origin: &str, e: &std::io::Error) -> RecipeError {
+pub(super) fn read_error(path: &Path, origin: &str, e: &std::io::Error) -> RecipeError {
     let message = match e.kind() {
         std::io::ErrorKind::InvalidData => "is not UTF-8 text; recipes are UTF-8 TOML".to_string(),
         std::io::ErrorKind::NotFound => {
@@ -49,7 +49,24 @@ fn read_error(path: &Path, origin: &str, e: &std::io::Error) -> RecipeError {
 }
 
 fn parse_with_base(text: &str, origin: &str, base: Option<&Path>, overrides: &[String]) -> Result<Recipe, RecipeError> {
-    let mut doc = tree::parse_document(text, origin)?;
+    let doc = tree::parse_document(text, origin)?;
+    if doc.contains_key("sweep") {
+        let message = format!(
+            "[sweep] makes many runs of this recipe: start them with `flightdeck sweep {origin}` \
+             (`flightdeck run` starts one run; leave [sweep] out of a recipe meant for it)"
+        );
+        return Err(RecipeError::new(origin, ErrorKind::Invalid, Some("sweep"), message));
+    }
+    validate_doc(doc, origin, base, overrides)
+}
+
+/// Checks a parsed recipe document (without `[sweep]`), applies `overrides`, and validates it.
+pub(super) fn validate_doc(
+    mut doc: toml::Table,
+    origin: &str,
+    base: Option<&Path>,
+    overrides: &[String],
+) -> Result<Recipe, RecipeError> {
     let mut ctx = Ctx { origin, set_by: BTreeMap::new() };
     tree::check_schema(&mut doc, &ctx)?;
     tree::apply_overrides(&mut doc, overrides, &mut ctx)?;

@@ -79,6 +79,9 @@ pub struct RunRecord {
     /// For a run recovery started: which restart of its lineage, and why its parent ended.
     #[serde(default)]
     pub restart: Option<Restart>,
+    /// For a run of a sweep: which point of which sweep (a recovery child keeps its parent's).
+    #[serde(default)]
+    pub sweep: Option<super::sweep::SweepPoint>,
 }
 
 /// A restart by recovery (`[recovery]`): the attempt's number in its lineage (1 = the first
@@ -177,6 +180,7 @@ impl RunRecord {
             resumed_from,
             init_from: None,
             restart,
+            sweep: None,
         }
     }
 }

@@ -4,7 +4,7 @@ use crate::store::{Batch, Store, StoreError, Writer};
 use tokio::sync::{mpsc, oneshot};
 
 enum Job {
-    Write(Batch, oneshot::Sender<Result<(), String>>),
+    Write(Box<Batch>, oneshot::Sender<Result<(), String>>),
     CloseRun(crate::ids::RunId),
 }
 
@@ -28,7 +28,7 @@ impl Ingest {
                 while let Some(job) = rx.blocking_recv() {
                     match job {
                         Job::Write(batch, done) => {
-                            let r = writer.write(batch).map_err(|e: StoreError| e.to_string());
+                            let r = writer.write(*batch).map_err(|e: StoreError| e.to_string());
                             if let Err(e) = &r {
                                 tracing::error!("ingest write failed: {e}");
                             }
@@ -52,7 +52,7 @@ impl Ingest {
     /// Writes and flushes a batch; Ok means durable.
     pub async fn write(&self, batch: Batch) -> Result<(), String> {
         let (done, wait) = oneshot::channel();
-        self.tx.send(Job::Write(batch, done)).await.map_err(|_| "ingest thread is gone".to_string())?;
+        self.tx.send(Job::Write(Box::new(batch), done)).await.map_err(|_| "ingest thread is gone".to_string())?;
         wait.await.map_err(|_| "ingest thread is gone".to_string())?
     }
 

@@ -7,6 +7,7 @@ use super::Shared;
 use crate::ids::{unix_ms, RunId};
 use crate::protocol::spec::ClientEnv;
 use crate::recipe::Recipe;
+use crate::record::SweepPoint;
 use crate::store::{Batch, EventKind, EventRecord, InitPoint, Lineage, RunMeta, RunRecord, RunStatus};
 use anyhow::Context;
 use std::path::PathBuf;
@@ -22,6 +23,8 @@ pub struct LaunchRequest {
     pub init: Option<InitPoint>,
     /// The asking client's SSH environment, for SSH placements.
     pub env: ClientEnv,
+    /// The sweep point this run is (the queue's launches; a resume's child keeps its parent's).
+    pub sweep: Option<SweepPoint>,
 }
 
 pub async fn launch(shared: &Shared, req: LaunchRequest, progress: Progress) -> anyhow::Result<RunId> {
@@ -72,6 +75,8 @@ pub async fn launch(shared: &Shared, req: LaunchRequest, progress: Progress) -> 
     );
     // The run began when its launch did (the Events panel counts from here).
     record.created_ms = began_ms;
+    // Recorded with the run itself: a point is started exactly when its run is in the store.
+    record.sweep = req.sweep.clone();
     if let Some(init) = &req.init {
         // A resume's parent is the run it resumes; a fresh run's is the one whose weights it took.
         if req.lineage.is_none() {

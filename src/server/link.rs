@@ -41,6 +41,7 @@ pub async fn attach_nodes(
     shared: &Shared,
 ) -> anyhow::Result<()> {
     let (ingest, registry, shared) = (shared.ingest.clone(), shared.registry.clone(), shared.clone());
+    let queue = shared.queue.clone();
     let recovery = super::recovery::settings(&tracker.state.record);
     let run = tracker.state.record.id.clone();
     let after: Vec<u64> =
@@ -118,6 +119,8 @@ pub async fn attach_nodes(
         }
         ingest.close_run(run.clone()).await;
         lock(&registry).remove(&run);
+        // A sweep's next point may start in the room this run leaves.
+        queue.poke();
     });
     Ok(())
 }

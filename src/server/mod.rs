@@ -10,6 +10,7 @@ mod lag;
 pub(crate) mod launch;
 mod link;
 mod placement;
+mod queue;
 pub(crate) mod recovery;
 mod resume;
 mod slurm_watch;
@@ -75,6 +76,8 @@ pub struct Shared {
     restarts: recovery::Restarts,
     /// Restarts waiting out their backoff or launching: the server stays up for them.
     recovering: Arc<AtomicUsize>,
+    /// Sweeps' points waiting for room (`queue.rs`): the server stays up while any wait.
+    queue: Arc<queue::Queue>,
 }
 
 /// How long the server stays up with no live run and no client (env override for tests).
@@ -140,8 +143,11 @@ async fn serve(db: DbPaths, store: Store) -> anyhow::Result<()> {
         clients: Arc::new(AtomicUsize::new(0)),
         restarts: Arc::new(Mutex::new(HashMap::new())),
         recovering: Arc::new(AtomicUsize::new(0)),
+        queue: Arc::new(queue::Queue::default()),
     };
     recover(&shared).await;
+    // After the reattaches: the queue counts the runs that are still live before it adds more.
+    queue::start(&shared);
     println!("ready");
     tracing::info!("serving {}", socket.display());
 
@@ -170,6 +176,7 @@ async fn serve(db: DbPaths, store: Store) -> anyhow::Result<()> {
             _ = idle_check.tick() => {
                 let busy = shared.clients.load(Ordering::SeqCst) > 0
                     || shared.recovering.load(Ordering::SeqCst) > 0
+                    || shared.queue.is_busy()
                     || !lock(&shared.registry).is_empty();
                 if busy {
                     idle_since = tokio::time::Instant::now();

@@ -79,6 +79,8 @@ pub async fn resume(
         // run's reference is rebuilt from (and the lineage keeps it).
         init: parent.init_from.clone(),
         env,
+        // A sweep point's lineage stays that point: the queue follows its newest run.
+        sweep: parent.sweep.clone(),
     };
     let run = launch(shared, req, progress).await?;
     Ok(crate::protocol::Reply::Resumed { run, parent: id, step: chosen.step, path: from.path, skipped: chosen.skipped })

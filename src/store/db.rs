@@ -32,6 +32,10 @@ pub enum StoreError {
     NoSuchRun { query: String },
     #[error("{query:?} matches several runs: {candidates}; give more of the id")]
     Ambiguous { query: String, candidates: String },
+    #[error("no sweep matches {query:?}; `flightdeck queue --all` lists them")]
+    NoSuchSweep { query: String },
+    #[error("{query:?} matches several sweeps: {candidates}; give more of the id")]
+    AmbiguousSweep { query: String, candidates: String },
 }
 
 /// Everything one ingest batch writes; applied tree by tree, then flushed before any ack.
@@ -49,6 +53,8 @@ pub struct Batch {
     pub checkpoints_removed: Vec<(RunId, u64)>,
     /// Keyed by (detected ms, index) so a later rewrite (the report gains stacks) replaces it.
     pub verdicts: Vec<(RunId, (u64, u32), super::VerdictRecord)>,
+    /// Sweeps, whole (created, or a point cancelled or failed to launch).
+    pub sweeps: Vec<super::SweepRecord>,
 }
 
 impl Batch {
@@ -62,6 +68,7 @@ impl Batch {
             && self.checkpoints.is_empty()
             && self.checkpoints_removed.is_empty()
             && self.verdicts.is_empty()
+            && self.sweeps.is_empty()
     }
 }
 
@@ -83,6 +90,8 @@ pub struct Store {
     pub(super) logs: sled::Tree,
     pub(super) checkpoints: sled::Tree,
     verdicts: sled::Tree,
+    /// Sweeps by id, as JSON (`sweeps.rs`).
+    pub(super) sweeps: sled::Tree,
 }
 
 /// The one writer: owned by the server's ingest thread, with each live run's journal.
@@ -98,7 +107,7 @@ fn json<T: serde::Serialize>(v: &T) -> Vec<u8> {
     serde_json::to_vec(v).unwrap_or_default()
 }
 
-fn parse<T: serde::de::DeserializeOwned>(tree: &'static str, b: &[u8]) -> Result<T, StoreError> {
+pub(super) fn parse<T: serde::de::DeserializeOwned>(tree: &'static str, b: &[u8]) -> Result<T, StoreError> {
     serde_json::from_slice(b).map_err(|e| StoreError::Corrupt { tree, reason: e.to_string() })
 }
 
@@ -138,6 +147,7 @@ impl Store {
             logs: db.open_tree("logs")?,
             checkpoints: db.open_tree("checkpoints")?,
             verdicts: db.open_tree("verdicts")?,
+            sweeps: db.open_tree("sweeps")?,
             db,
         };
         // A journal left by a server that stopped is folded into blocks before anyone reads.
@@ -271,6 +281,11 @@ impl Writer {
             verdicts.insert(keys::event_key(run, *ms, u64::from(*n)), json(v));
         }
         self.store.verdicts.apply_batch(verdicts)?;
+        let mut sweeps = sled::Batch::default();
+        for sweep in &batch.sweeps {
+            sweeps.insert(sweep.id.as_bytes(), json(sweep));
+        }
+        self.store.sweeps.apply_batch(sweeps)?;
 
         self.store.db.flush()?;
         Ok(())

@@ -1,7 +1,7 @@
 //! The history: one sled database per `--db`, written only by the server's ingest task.
 pub use crate::record::{
     Bucket, EventKind, EventRecord, InitPoint, Lineage, Point, RankInfo, ResumePoint, RunDetail, RunMeta, RunRecord,
-    RunStatus, Summary, VerdictRecord,
+    RunStatus, Summary, SweepRecord, VerdictRecord,
 };
 
 mod block;
@@ -14,6 +14,7 @@ mod logs;
 mod migrate;
 mod points;
 pub mod rollup;
+mod sweeps;
 
 pub use checkpoints::CheckpointRecord;
 pub use db::{Batch, Store, StoreError, Writer};

@@ -35,7 +35,7 @@ pub enum Overlay {
         name: String,
     },
     /// What `R` will start, until confirmed and answered (`panels/ckpts.rs`).
-    ConfirmResume(ResumePlan),
+    ConfirmResume(Box<ResumePlan>),
     /// Graceful stop: every rank checkpoints, then exits.
     ConfirmStop {
         run: RunId,
@@ -47,7 +47,7 @@ pub enum Overlay {
     Incident,
     /// `E`: which format to export `run` as.
     ExportFormat {
-        run: crate::store::RunRecord,
+        run: Box<crate::store::RunRecord>,
     },
     /// Recipes under `recipes/` (None while listing).
     Picker {

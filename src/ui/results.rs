@@ -29,7 +29,7 @@ impl App {
     /// `E`: the format prompt for the open (or selected) run.
     pub(super) fn ask_export(&mut self) {
         if let Some(r) = self.result_target() {
-            self.overlay = Some(Overlay::ExportFormat { run: r });
+            self.overlay = Some(Overlay::ExportFormat { run: Box::new(r) });
         }
     }
 
@@ -52,7 +52,7 @@ impl App {
             Some(format) => {
                 let out = out_dir(&run, format.name());
                 self.say(format!("exporting {} as {} into {}…", run.id, format.name(), out.display()));
-                self.effects.send(Command::Export { run: run.id, format, out });
+                self.effects.send(Command::Export { run: run.id.clone(), format, out });
             }
             None => self.say("export cancelled"),
         }

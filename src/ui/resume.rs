@@ -84,7 +84,7 @@ impl App {
             None if pick.is_none() => self.effects.send(Command::LoadCheckpoints { run: record.id, verify: false }),
             None => {}
         }
-        self.overlay = Some(Overlay::ConfirmResume(plan));
+        self.overlay = Some(Overlay::ConfirmResume(Box::new(plan)));
     }
 
     pub(super) fn on_resume_key(&mut self, k: KeyEvent) {

@@ -62,7 +62,7 @@ async fn answer_with(shared: &Shared, req: Request, progress: Progress) -> anyho
             let recipe: crate::recipe::Recipe =
                 serde_json::from_str(&recipe_json).context("the client sent a recipe this server cannot read")?;
             let init = super::init::resolve(shared, &recipe).await?;
-            let req = LaunchRequest { recipe_json, recipe_path, name, lineage: None, init, env };
+            let req = LaunchRequest { recipe_json, recipe_path, name, lineage: None, init, env, sweep: None };
             Reply::Launched { run: super::launch::launch(shared, req, progress).await? }
         }
         Request::ListRuns => Reply::Runs { runs: tokio::task::spawn_blocking(move || store.list_runs()).await?? },
@@ -92,6 +92,9 @@ async fn answer_with(shared: &Shared, req: Request, progress: Progress) -> anyho
         Request::Resume { run, step, recipe_json, name, env } => {
             super::resume::resume(shared, &run, step, recipe_json, name, env, progress, None).await?
         }
+        Request::Sweep { sweep, env } => super::queue::submit(shared, sweep, env).await?,
+        Request::Queue { all } => super::queue::list(shared, all).await?,
+        Request::Cancel { target } => super::queue::cancel(shared, &target).await?,
         Request::Import { path, format, name } => {
             let req = super::import::ImportRequest { path: path.into(), format, name };
             let done = super::import::import(shared, req).await?;
