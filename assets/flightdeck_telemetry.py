@@ -20,7 +20,7 @@ import os
 import socket
 import time
 
-PROTOCOL_VERSION = 11  # src/protocol/message.rs PROTOCOL_VERSION
+PROTOCOL_VERSION = 12  # src/protocol/message.rs PROTOCOL_VERSION
 PHASES = ("init", "data", "fwd", "bwd", "comm", "opt", "ckpt", "eval", "done")
 
 

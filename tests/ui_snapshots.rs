@@ -155,6 +155,78 @@ fn compare() {
     }
 }
 
+/// Compare opened on a sweep (no run marked, the selected run a sweep's): every point's newest
+/// run, the swept values in the table, sortable with `o`.
+#[test]
+fn compare_a_sweep() {
+    use flightdeck::record::{PointState, PointStatus, SweepPoint, SweepPointSpec, SweepRecord, SweepStatus};
+    let mut runs = runs();
+    // The two recorded runs as points 2 and 1 of a sweep over the learning rate and the seed.
+    for (i, r) in runs.iter_mut().enumerate() {
+        r.sweep = Some(SweepPoint { sweep: "S".into(), point: 1 - i as u32 });
+    }
+    let spec = |lr: &str| SweepPointSpec {
+        values: vec![lr.to_string(), "7".to_string()],
+        recipe_json: "{}".into(),
+        run_name: format!("lr-{lr}"),
+        world_size: 2,
+        local: true,
+    };
+    let sweep = SweepRecord {
+        id: "S".into(),
+        name: "lr-sweep".into(),
+        recipe_path: "recipes/tiny-gpt.toml".into(),
+        created_ms: 0,
+        keys: vec!["train.lr".into(), "train.seed".into()],
+        points: vec![spec("0.001"), spec("0.003")],
+        max_parallel: 2,
+        max_ranks: 2,
+        cancelled: vec![],
+        launch_failed: vec![],
+        env_json: "{}".into(),
+    };
+    let points = runs
+        .iter()
+        .map(|r| PointStatus {
+            state: PointState::Run { run: r.id.clone(), status: r.status },
+            restarting: false,
+            step: r.step,
+            steps: r.steps_planned,
+            last_loss: r.last_loss,
+            attempts: 1,
+        })
+        .collect();
+    let status = SweepStatus { sweep, points };
+    let series: Vec<(RunId, Vec<Point>)> = fixture("compare-points.json");
+    let mut app = app(Start::Home, (160, 48), end_ms(&runs));
+    app.on_data(DataEvent::Runs(runs.clone()));
+    keys(&mut app, "c");
+    let sent = app.effects.take();
+    let asked = sent.iter().find_map(|c| match c {
+        Command::LoadCompare { runs } => Some(runs.clone()),
+        _ => None,
+    });
+    assert_eq!(asked.map(|a| a.len()), Some(2), "every point of the sweep: {sent:?}");
+    assert!(sent.iter().any(|c| matches!(c, Command::LoadSweep { id } if id == "S")), "{sent:?}");
+    app.on_data(DataEvent::Sweep(Box::new(status)));
+    for ((run, pts), goodput) in series.iter().zip([0.78, 0.5]) {
+        app.on_data(DataEvent::CompareSeries { run: run.clone(), points: mean_by_step(pts) });
+        app.on_data(DataEvent::CompareGoodput { run: run.clone(), ratio: Some(goodput) });
+    }
+    let text = draw(&app);
+    assert!(text.contains("GOODPUT") && text.contains("██████░░ 78%") && text.contains("████░░░░ 50%"), "{text}");
+    assert!(text.contains("sweep lr-sweep") && text.contains("train.lr") && text.contains("sorted by point"), "{text}");
+    // In point order, the run recorded second (point 1, lr 0.001) comes first.
+    let row = |t: &str, v: &str| t.lines().position(|l| l.contains("0.00") && l.contains(v) && l.contains("succeeded"));
+    assert!(row(&text, "0.001") < row(&text, "0.003"), "{text}");
+    insta::assert_snapshot!("compare_sweep_160x48", text);
+    keys(&mut app, "oooo");
+    let text = draw(&app);
+    assert!(text.contains("sorted by train.seed"), "{text}");
+    keys(&mut app, "O");
+    assert!(draw(&app).contains("sorted by train.seed (reversed)"));
+}
+
 #[test]
 fn help_from_the_keymap() {
     for size in SIZES {

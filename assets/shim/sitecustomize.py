@@ -187,7 +187,7 @@ def _flightdeck_writers():
     lock = threading.Lock()
     local = threading.local()
     conn = {"pid": None, "sock": None, "complained": False}
-    protocol = 11  # src/protocol/message.rs PROTOCOL_VERSION
+    protocol = 12  # src/protocol/message.rs PROTOCOL_VERSION
 
     def send(obj):
         with lock:

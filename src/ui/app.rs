@@ -262,22 +262,35 @@ impl App {
         self.last_refresh_ms = self.now_ms();
     }
 
-    /// Opens the Compare screen on the marked runs (or says how to mark some).
+    /// Opens the Compare screen on the marked runs; with none marked, on the selected run's
+    /// sweep (each point's newest run) when it is a sweep's, else on the selected run.
     pub fn open_compare(&mut self) {
         let now = self.now_ms();
         // Only what the user can see: marks on runs the filter hides are left out (and counted).
         let visible = self.home.visible(now);
         let marked: Vec<_> =
             visible.iter().filter(|r| self.home.marked.contains(&r.id)).map(|r| (*r).clone()).collect();
-        let records = if marked.is_empty() { self.home.selected(now).cloned().into_iter().collect() } else { marked };
+        let sweep = self.home.selected(now).and_then(|r| r.sweep.clone()).filter(|_| marked.is_empty());
+        let records = match (&sweep, marked.is_empty()) {
+            (Some(p), _) => super::panels::compare::sweep_runs(&self.home.runs, &p.sweep),
+            (None, true) => self.home.selected(now).cloned().into_iter().collect(),
+            (None, false) => marked,
+        };
         if records.is_empty() {
             self.error("no run to compare: mark runs with space on Home first");
             return;
         }
         let runs = records.iter().map(|r| r.id.clone()).collect();
-        self.compare.runs = records.into_iter().map(|record| CompareRun { record, points: None }).collect();
+        self.compare = CompareView {
+            runs: records.into_iter().map(|record| CompareRun { record, points: None, goodput: None }).collect(),
+            log_y: self.compare.log_y,
+            ..CompareView::default()
+        };
         self.screen = Screen::Compare;
         self.effects.send(Command::LoadCompare { runs });
+        if let Some(p) = sweep {
+            self.effects.send(Command::LoadSweep { id: p.sweep });
+        }
     }
 
     pub fn on_data(&mut self, ev: DataEvent) -> bool {
@@ -339,6 +352,8 @@ impl App {
                 }
             }
             DataEvent::CompareSeries { run, points } => self.compare.set_points(&run, points),
+            DataEvent::Sweep(s) => self.compare.sweep = Some(*s),
+            DataEvent::CompareGoodput { run, ratio } => self.compare.set_goodput(&run, ratio),
             DataEvent::Verdicts { run, verdicts, incidents } => {
                 let now = self.now_ms();
                 match self.run.model.as_mut() {

@@ -35,6 +35,10 @@ pub enum Command {
     LoadCompare {
         runs: Vec<RunId>,
     },
+    /// A sweep and its points' states, for the compare screen opened on a sweep.
+    LoadSweep {
+        id: String,
+    },
     /// A run's checkpoints, checked on disk (sizes; every byte's sha256 when `verify`).
     LoadCheckpoints {
         run: RunId,
@@ -123,6 +127,12 @@ pub enum DataEvent {
     CompareSeries {
         run: RunId,
         points: Vec<(u64, f64)>,
+    },
+    Sweep(Box<crate::record::SweepStatus>),
+    /// A compared run's lineage goodput (productive ÷ wall), once it has ended.
+    CompareGoodput {
+        run: RunId,
+        ratio: Option<f64>,
     },
     Checkpoints(Box<crate::ui::panels::ckpts::CkptList>),
     CheckpointsFailed {

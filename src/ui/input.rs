@@ -47,6 +47,8 @@ impl App {
                 Screen::Compare => match a {
                     Action::Back => self.go_home(),
                     Action::ToggleLogY => self.compare.log_y = !self.compare.log_y,
+                    Action::Sort => self.compare.next_sort(),
+                    Action::SortReverse => self.compare.reverse = !self.compare.reverse,
                     _ => {}
                 },
             },

@@ -232,11 +232,27 @@ async fn one(db: &DbPaths, cmd: Command, tx: &mpsc::Sender<DataEvent>) -> anyhow
                     anyhow::bail!("unexpected reply to metrics of {run}");
                 };
                 let points = mean_by_step(&points);
-                if tx.send(DataEvent::CompareSeries { run, points }).await.is_err() {
+                if tx.send(DataEvent::CompareSeries { run: run.clone(), points }).await.is_err() {
+                    return Ok(());
+                }
+                let Reply::Run { detail } = request(db, Request::ShowRun { run: run.to_string() }).await? else {
+                    anyhow::bail!("unexpected reply to show {run}");
+                };
+                let ratio = detail.goodput.map(|g| g.ratio);
+                if tx.send(DataEvent::CompareGoodput { run, ratio }).await.is_err() {
                     return Ok(());
                 }
             }
             return Ok(());
+        }
+        Command::LoadSweep { id } => {
+            let Reply::Queue { sweeps } = request(db, Request::Queue { all: true }).await? else {
+                anyhow::bail!("unexpected reply to the queue");
+            };
+            match sweeps.into_iter().find(|s| s.sweep.id == id) {
+                Some(s) => DataEvent::Sweep(Box::new(s)),
+                None => DataEvent::Error(format!("sweep {id} is not in the history")),
+            }
         }
         Command::LoadCheckpoints { run, verify } => {
             let req = Request::Checkpoints { run: run.to_string(), verify };

@@ -209,7 +209,9 @@ impl App {
                 (k(Action::Stacks), "stacks"),
                 (k(Action::Back), "back"),
             ],
-            Screen::Compare => vec![(k(Action::ToggleLogY), "log-y"), (k(Action::Back), "back")],
+            Screen::Compare => {
+                vec![(k(Action::Sort), "sort"), (k(Action::ToggleLogY), "log-y"), (k(Action::Back), "back")]
+            }
             Screen::Checkpoints => vec![
                 (k(Action::Help), "help"),
                 (k(Action::Down), "select"),

@@ -1,6 +1,9 @@
 //! The Compare screen: several runs' mean loss on one step axis, with a legend and a table.
+//! Opened on a sweep, the table has one row per point with its swept values, sortable (`o`)
+//! by point, last loss, lowest loss or any swept key.
 use super::chart::{draw_plot, Trace};
 use crate::ids::RunId;
+use crate::record::SweepStatus;
 use crate::store::RunRecord;
 use crate::ui::fmt;
 use ratatui::buffer::Buffer;
@@ -17,12 +20,29 @@ pub struct CompareRun {
     pub record: RunRecord,
     /// Mean loss over ranks per step; None until loaded.
     pub points: Option<Vec<(u64, f64)>>,
+    /// The lineage's goodput (productive ÷ wall) once the run has ended and it is loaded.
+    pub goodput: Option<f64>,
 }
 
 #[derive(Clone, Debug, Default)]
 pub struct CompareView {
     pub runs: Vec<CompareRun>,
     pub log_y: bool,
+    /// The sweep the screen was opened on (its keys and each point's values), once loaded.
+    pub sweep: Option<SweepStatus>,
+    pub sort: CompareSort,
+    pub reverse: bool,
+}
+
+/// The table's order: as opened (a sweep's point order), by a loss, or by a swept key.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CompareSort {
+    #[default]
+    Opened,
+    LastLoss,
+    MinLoss,
+    /// The sweep's key at this index.
+    Key(usize),
 }
 
 impl CompareView {
@@ -31,6 +51,83 @@ impl CompareView {
             r.points = Some(points);
         }
     }
+
+    pub fn set_goodput(&mut self, run: &RunId, ratio: Option<f64>) {
+        if let Some(r) = self.runs.iter_mut().find(|r| &r.record.id == run) {
+            r.goodput = ratio;
+        }
+    }
+
+    /// `o`: the next column to sort by (the swept keys only on a sweep).
+    pub fn next_sort(&mut self) {
+        let keys = self.sweep.as_ref().map_or(0, |s| s.sweep.keys.len());
+        self.sort = match self.sort {
+            CompareSort::Opened => CompareSort::LastLoss,
+            CompareSort::LastLoss => CompareSort::MinLoss,
+            CompareSort::MinLoss if keys > 0 => CompareSort::Key(0),
+            CompareSort::Key(k) if k + 1 < keys => CompareSort::Key(k + 1),
+            _ => CompareSort::Opened,
+        };
+    }
+
+    fn sort_name(&self) -> String {
+        let name = match self.sort {
+            CompareSort::Opened if self.sweep.is_none() && !self.reverse => return String::new(),
+            CompareSort::Opened if self.sweep.is_none() => "marking order".to_string(),
+            CompareSort::Opened => "point".to_string(),
+            CompareSort::LastLoss => "last loss".to_string(),
+            CompareSort::MinLoss => "min loss".to_string(),
+            CompareSort::Key(k) => self.sweep.as_ref().and_then(|s| s.sweep.keys.get(k).cloned()).unwrap_or_default(),
+        };
+        format!("sorted by {name}{}", if self.reverse { " (reversed)" } else { "" })
+    }
+
+    /// Run `i`'s swept values (TOML text), when the screen shows a sweep.
+    fn values(&self, i: usize) -> Option<&[String]> {
+        let point = self.runs[i].record.sweep.as_ref()?.point as usize;
+        Some(&self.sweep.as_ref()?.sweep.points.get(point)?.values)
+    }
+
+    /// Row order of the table (indices into `runs`, whose colours stay the chart's).
+    pub fn order(&self) -> Vec<usize> {
+        let last = |i: usize| self.runs[i].points.as_ref().and_then(|p| p.last()).map(|p| p.1);
+        let min = |i: usize| self.runs[i].points.as_ref().and_then(|p| p.iter().map(|p| p.1).reduce(f64::min));
+        // Missing losses sort last; a swept value sorts as a number when it reads as one.
+        let num = |v: Option<f64>| v.filter(|v| v.is_finite()).unwrap_or(f64::INFINITY);
+        let mut order: Vec<usize> = (0..self.runs.len()).collect();
+        match self.sort {
+            CompareSort::Opened => {}
+            CompareSort::LastLoss => order.sort_by(|&a, &b| num(last(a)).total_cmp(&num(last(b)))),
+            CompareSort::MinLoss => order.sort_by(|&a, &b| num(min(a)).total_cmp(&num(min(b)))),
+            CompareSort::Key(k) => {
+                let key = |i: usize| {
+                    let text = self.values(i).and_then(|v| v.get(k)).cloned().unwrap_or_default();
+                    (num(text.parse::<f64>().ok()), text)
+                };
+                order.sort_by(|&a, &b| {
+                    let (ka, kb) = (key(a), key(b));
+                    ka.0.total_cmp(&kb.0).then_with(|| ka.1.cmp(&kb.1))
+                });
+            }
+        }
+        if self.reverse {
+            order.reverse();
+        }
+        order
+    }
+}
+
+/// The newest run of each point of sweep `id` among `runs`, in point order.
+pub fn sweep_runs(runs: &[RunRecord], id: &str) -> Vec<RunRecord> {
+    let mut newest: std::collections::BTreeMap<u32, &RunRecord> = Default::default();
+    for r in runs {
+        let Some(p) = r.sweep.as_ref().filter(|p| p.sweep == id) else { continue };
+        let slot = newest.entry(p.point).or_insert(r);
+        if (r.created_ms, &r.id) > (slot.created_ms, &slot.id) {
+            *slot = r;
+        }
+    }
+    newest.into_values().cloned().collect()
 }
 
 fn color(i: usize) -> Color {
@@ -102,24 +199,49 @@ pub fn render_chart(view: &CompareView, focused: bool, area: Rect, buf: &mut Buf
 }
 
 pub fn render_table(view: &CompareView, focused: bool, area: Rect, buf: &mut Buffer) {
-    let block = fmt::panel_block(fmt::title("runs", String::new()), focused);
+    let (title, keys) = match &view.sweep {
+        Some(s) => (format!("sweep {}", s.sweep.name), s.sweep.keys.clone()),
+        None => ("runs".to_string(), Vec::new()),
+    };
+    let block = fmt::panel_block(fmt::title(&title, view.sort_name()), focused);
     let inner = block.inner(area);
     block.render(area, buf);
-    let header =
-        Row::new(["", "NAME", "STATUS", "STEP", "LAST LOSS", "MIN LOSS", "ID"].map(Cell::from)).style(fmt::dim());
-    let rows = view.runs.iter().enumerate().map(|(i, r)| {
+    let key_width = |k: usize| -> u16 {
+        let widest = (0..view.runs.len()).filter_map(|i| view.values(i).and_then(|v| v.get(k)).map(String::len)).max();
+        widest.unwrap_or(0).max(keys[k].len()).clamp(4, 16) as u16
+    };
+    let mut header = vec!["".to_string(), "NAME".to_string()];
+    header.extend(keys.iter().map(|k| fmt::truncate(k, 16)));
+    header.extend(["STATUS", "STEP", "LAST LOSS", "MIN LOSS", "GOODPUT", "ID"].map(String::from));
+    let rows = view.order().into_iter().map(|i| {
+        let r = &view.runs[i];
         let last = r.points.as_ref().and_then(|p| p.last()).map(|p| p.1);
         let min = r.points.as_ref().and_then(|p| p.iter().map(|p| p.1).reduce(f64::min));
-        Row::new([
-            Cell::from("━━").style(Style::new().fg(color(i))),
-            Cell::from(fmt::truncate(&r.record.name, 14)),
+        let mut cells =
+            vec![Cell::from("━━").style(Style::new().fg(color(i))), Cell::from(fmt::truncate(&r.record.name, 14))];
+        for k in 0..keys.len() {
+            let v = view.values(i).and_then(|v| v.get(k)).map_or("-".to_string(), |v| fmt::truncate(v, 16));
+            cells.push(Cell::from(v));
+        }
+        cells.extend([
             Cell::from(r.record.status.name()).style(fmt::status_style(r.record.status)),
             Cell::from(format!("{}/{}", r.record.step, r.record.steps_planned)),
             Cell::from(if r.points.is_some() { fmt::opt_num(last) } else { "loading".into() }),
             Cell::from(fmt::opt_num(min)),
+            Cell::from(r.goodput.map_or("-".to_string(), goodput_bar)),
             Cell::from(r.record.id.to_string()),
-        ])
+        ]);
+        Row::new(cells)
     });
-    let widths = [2, 14, 11, 11, 10, 10, 20].map(Constraint::Length);
-    Table::new(rows, widths).header(header).render(inner, buf);
+    let mut widths = vec![Constraint::Length(2), Constraint::Length(14)];
+    widths.extend((0..keys.len()).map(|k| Constraint::Length(key_width(k))));
+    widths.extend([11, 11, 10, 10, 12, 20].map(Constraint::Length));
+    Table::new(rows, widths).header(Row::new(header.into_iter().map(Cell::from)).style(fmt::dim())).render(inner, buf);
+}
+
+/// `██████░░ 78%`: goodput as an 8-cell bar and its percentage.
+fn goodput_bar(ratio: f64) -> String {
+    let r = ratio.clamp(0.0, 1.0);
+    let full = (r * 8.0).round() as usize;
+    format!("{}{} {:.0}%", "█".repeat(full), "░".repeat(8 - full), 100.0 * r)
 }
