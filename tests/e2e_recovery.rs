@@ -140,3 +140,57 @@ fn a_failure_before_the_first_checkpoint_is_not_restarted_and_says_why() {
     assert!(said.is_some_and(|e| e.contains("checkpoint")), "{events:?}");
     db.finish();
 }
+
+#[test]
+fn a_nan_rolls_back_to_the_checkpoint_before_it_past_its_data_and_on_nan_stop_ends_the_run() {
+    let db = Db::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let straight = write_recipe(dir.path(), "straight", "");
+    assert!(run_headless(&db, &straight, "straight").status.success());
+
+    let nan = "[[fault]]\nkind = \"nan\"\nrank = 1\nstep = 15\n";
+    let extra = format!("{nan}\n[recovery]\nmax_restarts = 2\nbackoff_s = 0\non_nan = \"restart\"\n");
+    let path = write_recipe(dir.path(), "nan", &extra);
+    let out = run_headless(&db, &path, "nan");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("recovery restarted it after a nan as run "), "{stdout}");
+    let show = db.json(&["show", "nan", "--json"]);
+    let attempts = show["attempts"].as_array().expect("attempts");
+    assert_eq!(attempts.len(), 2, "{attempts:?}");
+    assert_eq!(attempts[1]["restart"]["cause"], "nan");
+    assert_eq!(attempts[1]["resumed_from"], 10, "the checkpoint before step 15");
+    let (parent, child) = (attempts[0]["run"].as_str().unwrap(), attempts[1]["run"].as_str().unwrap());
+    let parent_show = db.json(&["show", parent, "--json"]);
+    assert!(
+        parent_show["run"]["reason"].as_str().is_some_and(|r| r.contains("not finite at step 15")),
+        "{}",
+        parent_show["run"]
+    );
+    // The child passes over steps 11–15's batches: its step 11 trains on what step 16 would
+    // have, so its loss there differs from the uninterrupted run's (a plain resume is equal).
+    let logs = std::fs::read_to_string(db.path().join("runs").join(child).join("logs").join("rank-0.log"))
+        .expect("the child's rank-0 log");
+    assert!(
+        logs.contains("passes over 5 global batches of data (data.skip_batches): step 11 trains on what step 16"),
+        "{logs}"
+    );
+    let want = losses(&db, "straight");
+    let (before, after) = (losses(&db, parent), losses(&db, child));
+    for s in 1..=10 {
+        assert_eq!(before.get(&(s, 0)), want.get(&(s, 0)), "step {s} before the fault is the uninterrupted run's");
+    }
+    assert_ne!(after.get(&(11, 0)), want.get(&(11, 0)), "the child's step 11 read other data");
+    assert_eq!(after.keys().filter(|(_, r)| *r == 0).max(), Some(&(STEPS, 0)), "the child trains to the end");
+
+    // on_nan = "stop": the run fails naming the step, with no restart.
+    let extra = format!("{nan}\n[recovery]\non_nan = \"stop\"\n");
+    let path = write_recipe(dir.path(), "nanstop", &extra);
+    let out = run_headless(&db, &path, "nanstop");
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stdout));
+    let show = db.json(&["show", "nanstop", "--json"]);
+    assert_eq!(show["run"]["status"], "failed");
+    assert!(show["run"]["reason"].as_str().is_some_and(|r| r.contains("recovery.on_nan = stop")), "{}", show["run"]);
+    assert_eq!(show["run"]["steps"], 15, "it stopped at the step whose gradients were not finite");
+    db.finish();
+}

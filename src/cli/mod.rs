@@ -151,7 +151,16 @@ pub fn main() -> i32 {
 
 #[cfg(feature = "torch")]
 fn worker() -> anyhow::Result<i32> {
-    crate::worker::main_from_env().map(|_| 0)
+    match crate::worker::main_from_env() {
+        Ok(()) => Ok(0),
+        Err(e) => match crate::worker::exit_code(&e) {
+            Some(code) => {
+                eprintln!("flightdeck: {e:#}");
+                Ok(code)
+            }
+            None => Err(e),
+        },
+    }
 }
 
 #[cfg(not(feature = "torch"))]

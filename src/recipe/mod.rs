@@ -81,6 +81,10 @@ pub struct Model {
 pub struct Data {
     pub source: DataSource,
     pub seed: u64,
+    /// Global batches passed over after a resume, before the first step trained: the window
+    /// of data that made a loss non-finite (`recovery.on_nan = "restart"` sets it on the child).
+    #[serde(default)]
+    pub skip_batches: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -240,6 +244,9 @@ pub enum FaultKind {
     /// Test-only: the rank waits to join the ring until the store's `fault/release` key is set,
     /// so a test can knock on the other ranks' listeners while they are open.
     HoldJoin,
+    /// Test-only: the rank's loss is multiplied by NaN before backward at `step`, so the
+    /// gradients every rank averages are NaN (`recovery.on_nan`).
+    Nan,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -404,11 +411,32 @@ pub struct Recovery {
     pub crash: u32,
     pub hang: u32,
     pub node_lost: u32,
+    /// Restarts after a non-finite loss (with `on_nan = "restart"`).
+    #[serde(default)]
+    pub nan: u32,
+    /// What a non-finite gradient norm does (absent in recipes stored before it: ignore).
+    #[serde(default)]
+    pub on_nan: OnNan,
+}
+
+/// `recovery.on_nan`: what a step whose averaged gradients are not finite does. The update is
+/// never applied under `stop` or `restart`; every rank sees the same norm, so they all agree.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnNan {
+    /// Train on (the server flags the loss): the behaviour before the setting existed.
+    #[default]
+    Ignore,
+    /// The ranks exit without applying the step; the run fails naming the step.
+    Stop,
+    /// As `stop`, then recovery restarts from the checkpoint before it, past the data window
+    /// that produced it (`data.skip_batches`).
+    Restart,
 }
 
 impl Default for Recovery {
     fn default() -> Recovery {
-        Recovery { max_restarts: 0, backoff_s: 1.0, crash: 0, hang: 0, node_lost: 0 }
+        Recovery { max_restarts: 0, backoff_s: 1.0, crash: 0, hang: 0, node_lost: 0, nan: 0, on_nan: OnNan::Ignore }
     }
 }
 
@@ -419,6 +447,8 @@ impl Recovery {
             crate::record::Cause::Crash => self.crash,
             crate::record::Cause::Hang => self.hang,
             crate::record::Cause::NodeLost => self.node_lost,
+            crate::record::Cause::Nan if self.on_nan == OnNan::Restart => self.nan,
+            crate::record::Cause::Nan => 0,
             // Not a failure: only the lineage's whole budget bounds it.
             crate::record::Cause::TimeLimit => self.max_restarts,
         }

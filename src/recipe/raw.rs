@@ -55,6 +55,8 @@ pub(super) struct RawRecovery {
     pub crash: Option<i64>,
     pub hang: Option<i64>,
     pub node_lost: Option<i64>,
+    pub nan: Option<i64>,
+    pub on_nan: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -112,6 +114,7 @@ pub(super) struct RawModel {
 pub(super) struct RawData {
     pub source: Option<String>,
     pub seed: Option<i64>,
+    pub skip_batches: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -265,7 +268,7 @@ pub(super) const TABLES: &[(&str, &[(&str, Ty)])] = &[
         "model",
         &[("n_layer", Ty::Int), ("n_head", Ty::Int), ("d_model", Ty::Int), ("context", Ty::Int), ("vocab", Ty::Int)],
     ),
-    ("data", &[("source", Ty::Str), ("seed", Ty::Int)]),
+    ("data", &[("source", Ty::Str), ("seed", Ty::Int), ("skip_batches", Ty::Int)]),
     (
         "train",
         &[
@@ -351,6 +354,8 @@ pub(super) const TABLES: &[(&str, &[(&str, Ty)])] = &[
             ("crash", Ty::Int),
             ("hang", Ty::Int),
             ("node_lost", Ty::Int),
+            ("nan", Ty::Int),
+            ("on_nan", Ty::Str),
         ],
     ),
     (

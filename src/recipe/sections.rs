@@ -483,6 +483,7 @@ impl Check<'_> {
             ("mismatch", F::Mismatch),
             ("slow", F::Slow),
             ("hold-join", F::HoldJoin),
+            ("nan", F::Nan),
         ];
         let kind = self.choice(&key("kind"), raw.kind, F::None, &kinds)?;
         let rank = self.int_in(&key("rank"), raw.rank.unwrap_or(0), 0, MAX_U32)? as u32;
@@ -556,12 +557,28 @@ impl Check<'_> {
         let cause = |key: &str, v: Option<i64>| -> R<u32> {
             Ok(self.int_in(key, v.unwrap_or(max.into()), 0, max.into())? as u32)
         };
+        let on_nan = self.choice(
+            "recovery.on_nan",
+            raw.on_nan,
+            OnNan::Ignore,
+            &[("ignore", OnNan::Ignore), ("stop", OnNan::Stop), ("restart", OnNan::Restart)],
+        )?;
+        if on_nan == OnNan::Restart && max == 0 {
+            let message = format!(
+                "{} restarts nothing while {}: set recovery.max_restarts to 1 or more, or on_nan = \"stop\"",
+                self.ctx.show("recovery.on_nan", "\"restart\""),
+                self.ctx.show("recovery.max_restarts", 0)
+            );
+            return Err(self.invalid("recovery.on_nan", message));
+        }
         Ok(Recovery {
             max_restarts: max,
             backoff_s,
             crash: cause("recovery.crash", raw.crash)?,
             hang: cause("recovery.hang", raw.hang)?,
             node_lost: cause("recovery.node_lost", raw.node_lost)?,
+            nan: cause("recovery.nan", raw.nan)?,
+            on_nan,
         })
     }
 }

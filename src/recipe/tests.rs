@@ -261,6 +261,23 @@ fn recovery_budgets_default_to_max_restarts_and_out_of_range_values_are_refused(
 }
 
 #[test]
+fn on_nan_is_ignore_by_default_and_restart_needs_a_budget() {
+    use crate::record::Cause;
+    let r = with_set(&[]).expect("loads");
+    assert_eq!((r.recovery.on_nan, r.data.skip_batches), (OnNan::Ignore, 0));
+    let r = with_set(&["recovery.max_restarts=2", "recovery.on_nan=restart", "data.skip_batches=3"]).expect("loads");
+    assert_eq!((r.recovery.on_nan, r.recovery.budget(Cause::Nan), r.data.skip_batches), (OnNan::Restart, 2, 3));
+    let r = with_set(&["recovery.max_restarts=2", "recovery.on_nan=stop"]).expect("loads");
+    assert_eq!(r.recovery.budget(Cause::Nan), 0, "stop never restarts");
+    let e = with_set(&["recovery.on_nan=restart"]).unwrap_err().to_string();
+    assert!(e.contains("restarts nothing while recovery.max_restarts = 0"), "{e}");
+    let e = with_set(&["recovery.on_nan=retry"]).unwrap_err().to_string();
+    assert!(e.contains("recovery.on_nan") && e.contains("restart"), "{e}");
+    let e = with_set(&["data.skip_batches=-1"]).unwrap_err().to_string();
+    assert!(e.contains("data.skip_batches"), "{e}");
+}
+
+#[test]
 fn set_unknown_key_names_the_key_and_the_valid_ones() {
     let e = with_set(&["foo.bar=1"]).expect_err("no table foo");
     assert_eq!(e.kind(), ErrorKind::BadOverride);

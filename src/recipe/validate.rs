@@ -203,7 +203,8 @@ impl Check<'_> {
             ),
             ));
         }
-        Ok(Data { source, seed })
+        let skip_batches = self.int_in("data.skip_batches", raw.skip_batches.unwrap_or(0), 0, MAX_I64)? as u64;
+        Ok(Data { source, seed, skip_batches })
     }
 
     fn source(&self, text: &str) -> R<DataSource> {

@@ -105,7 +105,13 @@ pub enum Cause {
     /// The allocation's time limit came (Slurm's warning): the run stopped with a checkpoint
     /// and continues in a new allocation.
     TimeLimit,
+    /// The averaged gradients were not finite (`recovery.on_nan`): the ranks exited with
+    /// `NON_FINITE_EXIT` without applying the step.
+    Nan,
 }
+
+/// The exit code of a rank that stopped on a non-finite gradient norm (`recovery.on_nan`).
+pub const NON_FINITE_EXIT: i32 = 86;
 
 impl Cause {
     pub fn name(self) -> &'static str {
@@ -114,6 +120,7 @@ impl Cause {
             Cause::Hang => "hang",
             Cause::NodeLost => "node_lost",
             Cause::TimeLimit => "time_limit",
+            Cause::Nan => "nan",
         }
     }
 }

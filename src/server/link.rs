@@ -402,7 +402,8 @@ impl Link {
         self.taken_up = true;
         let record = self.tracker.state.record.clone();
         let time_limited = self.time_limited.load(Ordering::SeqCst);
-        if let Some(cause) = super::recovery::cause(&record, self.killed_for_hang, time_limited) {
+        let ranks = &self.tracker.state.ranks;
+        if let Some(cause) = super::recovery::cause(&record, ranks, self.killed_for_hang, time_limited) {
             super::recovery::take_up(&self.shared, record, cause, recovery);
         }
     }

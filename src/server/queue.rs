@@ -37,6 +37,9 @@ pub struct Queue {
     open: AtomicUsize,
     /// Held while a sweep's record is read, changed and written (a cancel, a failed launch).
     edit: tokio::sync::Mutex<()>,
+    /// Sweeps whose every point has ended: passes skip them (and read no runs when only
+    /// those are left).
+    done: std::sync::Mutex<HashSet<String>>,
 }
 
 impl Queue {
@@ -76,12 +79,15 @@ struct View {
 }
 
 /// Reads the queue: the launches under way first, then the store, so a launch that ends in
-/// between is seen as its recorded run and never as a waiting point.
-async fn view(shared: &Shared) -> anyhow::Result<View> {
+/// between is seen as its recorded run and never as a waiting point. `skip`: sweeps left out;
+/// when no other sweep is stored, the runs are not read.
+async fn view(shared: &Shared, skip: HashSet<String>) -> anyhow::Result<View> {
     let launching = lock(&shared.queue.launching).clone();
     let store = shared.store.clone();
     let (sweeps, runs) = tokio::task::spawn_blocking(move || {
-        Ok::<_, crate::store::StoreError>((store.list_sweeps()?, store.list_runs()?))
+        let sweeps: Vec<SweepRecord> = store.list_sweeps()?.into_iter().filter(|s| !skip.contains(&s.id)).collect();
+        let runs = if sweeps.is_empty() { Vec::new() } else { store.list_runs()? };
+        Ok::<_, crate::store::StoreError>((sweeps, runs))
     })
     .await??;
     let restarting: HashSet<RunId> = lock(&shared.restarts)
@@ -128,7 +134,13 @@ fn holds_room(p: &PointStatus) -> bool {
 }
 
 async fn pass(shared: &Shared) -> anyhow::Result<()> {
-    let view = view(shared).await?;
+    let done = lock(&shared.queue.done).clone();
+    let view = view(shared, done).await?;
+    for s in &view.sweeps {
+        if s.points.iter().all(|p| !(p.state.is_open() || holds_room(p))) {
+            lock(&shared.queue.done).insert(s.sweep.id.clone());
+        }
+    }
     let mut local_in_use: u32 = view
         .runs
         .iter()
@@ -268,7 +280,7 @@ pub async fn submit(shared: &Shared, mut sweep: SweepRecord, env: ClientEnv) -> 
 
 /// `Request::Queue`: sweeps with a point waiting, launching or live (every sweep with `all`).
 pub async fn list(shared: &Shared, all: bool) -> anyhow::Result<Reply> {
-    let view = view(shared).await?;
+    let view = view(shared, HashSet::new()).await?;
     let sweeps = view
         .sweeps
         .into_iter()
@@ -290,7 +302,7 @@ pub async fn cancel(shared: &Shared, target: &str) -> anyhow::Result<Reply> {
         }
         _ => (target, None),
     };
-    let view = view(shared).await?;
+    let view = view(shared, HashSet::new()).await?;
     let store = shared.store.clone();
     let q = query.to_string();
     let id = tokio::task::spawn_blocking(move || store.resolve_sweep(&q)).await??.id;

@@ -8,7 +8,7 @@
 use super::Shared;
 use crate::ids::{unix_ms, RunId};
 use crate::recipe::{Recipe, Recovery};
-use crate::record::{Cause, Restart};
+use crate::record::{Cause, ExitStatus, RankInfo, Restart};
 use crate::store::{Batch, EventKind, EventRecord, RunRecord, RunStatus};
 use crate::sync::lock;
 use std::collections::HashMap;
@@ -38,12 +38,15 @@ pub type Restarts = Arc<Mutex<HashMap<RunId, watch::Receiver<Outcome>>>>;
 
 /// Why `record` ended, as recovery counts it; None for an end nobody should undo (success, a
 /// stop or kill asked by a person). `time_limited`: the server stopped it on Slurm's warning.
-pub fn cause(record: &RunRecord, killed_for_hang: bool, time_limited: bool) -> Option<Cause> {
+/// A rank that exited with `NON_FINITE_EXIT` makes a failure a `nan`.
+pub fn cause(record: &RunRecord, ranks: &[RankInfo], killed_for_hang: bool, time_limited: bool) -> Option<Cause> {
     if killed_for_hang {
         return Some(Cause::Hang);
     }
+    let non_finite = ranks.iter().any(|r| r.exit == Some(ExitStatus::Code(crate::record::NON_FINITE_EXIT)));
     match record.status {
         RunStatus::Stopped if time_limited => Some(Cause::TimeLimit),
+        RunStatus::Failed if non_finite => Some(Cause::Nan),
         RunStatus::Failed => Some(Cause::Crash),
         RunStatus::Interrupted => Some(Cause::NodeLost),
         _ => None,
@@ -179,7 +182,15 @@ mod tests {
     use super::*;
 
     fn recovery(max: u32, crash: u32, hang: u32) -> Recovery {
-        Recovery { max_restarts: max, backoff_s: 2.0, crash, hang, node_lost: max }
+        Recovery {
+            max_restarts: max,
+            backoff_s: 2.0,
+            crash,
+            hang,
+            node_lost: max,
+            nan: max,
+            on_nan: crate::recipe::OnNan::Restart,
+        }
     }
 
     fn restart(attempt: u32, cause: Cause) -> Restart {
@@ -200,6 +211,10 @@ mod tests {
         let all = next(&r, Cause::Crash, &three).unwrap_err();
         assert!(all.contains("3 restarts are spent (recovery.max_restarts)"), "{all}");
         assert!(next(&recovery(0, 0, 0), Cause::Crash, &[]).is_err(), "off: never");
+        // A nan restarts only under on_nan = "restart".
+        assert_eq!(next(&r, Cause::Nan, &[]), Ok(restart(1, Cause::Nan)));
+        let stop = Recovery { on_nan: crate::recipe::OnNan::Stop, ..r.clone() };
+        assert!(next(&stop, Cause::Nan, &[]).unwrap_err().contains("0 nan restarts are spent (recovery.nan)"));
     }
 
     #[test]
@@ -220,7 +235,7 @@ mod tests {
             steps_planned: 10,
         };
         let mut r = RunRecord::starting(RunId::new_now(), meta, vec!["local".into()], vec![], None);
-        let of = |r: &RunRecord, hang| cause(r, hang, false);
+        let of = |r: &RunRecord, hang| cause(r, &[], hang, false);
         for (status, want) in [
             (RunStatus::Failed, Some(Cause::Crash)),
             (RunStatus::Interrupted, Some(Cause::NodeLost)),
@@ -234,8 +249,15 @@ mod tests {
         r.status = RunStatus::Killed;
         assert_eq!(of(&r, true), Some(Cause::Hang), "killed by recovery for a hang");
         r.status = RunStatus::Stopped;
-        assert_eq!(cause(&r, false, true), Some(Cause::TimeLimit), "stopped on Slurm's time-limit warning");
+        assert_eq!(cause(&r, &[], false, true), Some(Cause::TimeLimit), "stopped on Slurm's time-limit warning");
         r.status = RunStatus::Killed;
-        assert_eq!(cause(&r, false, true), None, "killed by a person after the warning");
+        assert_eq!(cause(&r, &[], false, true), None, "killed by a person after the warning");
+        // A rank that stopped on a non-finite gradient norm makes the failure a nan.
+        r.status = RunStatus::Failed;
+        let mut rank = RankInfo::new(1);
+        rank.exit = Some(ExitStatus::Code(crate::record::NON_FINITE_EXIT));
+        assert_eq!(cause(&r, &[rank.clone()], false, false), Some(Cause::Nan));
+        rank.exit = Some(ExitStatus::Code(1));
+        assert_eq!(cause(&r, &[rank], false, false), Some(Cause::Crash));
     }
 }

@@ -67,6 +67,16 @@ pub async fn resume(
     )?;
     check_resume(&parent_recipe, &child, chosen.step, chosen.manifest.world_size)
         .map_err(|m| anyhow::anyhow!("run {id}: {m}"))?;
+    // A restart after a non-finite loss passes over the data of the steps from the checkpoint
+    // to the one that failed, so the window that produced it is not read again.
+    let child_json = match &restart {
+        Some(r) if r.cause == crate::record::Cause::Nan => {
+            let mut skipping = child.clone();
+            skipping.data.skip_batches = parent.step.saturating_sub(chosen.step);
+            serde_json::to_string(&skipping)?
+        }
+        _ => child_json,
+    };
     let from = ResumePoint { step: chosen.step, path: chosen.path.display().to_string() };
     let lineage = Lineage { parent: id.clone(), from: from.clone(), restart };
     let name = name.or_else(|| Some(parent.name.clone()));

@@ -427,6 +427,11 @@ impl Loader {
         self.position = position;
     }
 
+    /// Passes over `n` global batches (`data.skip_batches` after a resume).
+    pub fn skip_batches(&mut self, n: u64) {
+        self.position += n * self.batch_per_rank * self.world_size;
+    }
+
     /// GRPO's share of the next global batch: this rank's prompts with their global indices
     /// (what seeds their sampling) and true answers, each prompt at most `max_prompt` tokens
     /// (the oldest dropped), so that it leaves room for the completion.

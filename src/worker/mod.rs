@@ -98,6 +98,16 @@ pub fn main_from_env() -> anyhow::Result<()> {
     result.map(|_| ())
 }
 
+/// The exit code a failed rank reports, when its failure has one of its own: a non-finite
+/// gradient norm under `recovery.on_nan` (`record::NON_FINITE_EXIT`), which recovery reads
+/// as cause `nan` rather than a crash.
+pub fn exit_code(e: &anyhow::Error) -> Option<i32> {
+    match e.downcast_ref::<train::TrainError>() {
+        Some(train::TrainError::NonFinite { .. }) => Some(crate::record::NON_FINITE_EXIT),
+        _ => None,
+    }
+}
+
 fn load_recipe(path: &Path) -> anyhow::Result<Recipe> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("FLIGHTDECK_RECIPE {}: cannot read the recipe", path.display()))?;
@@ -134,7 +144,7 @@ pub(crate) mod testing {
             name: "worker-test".into(),
             kind: Kind::Pretrain,
             model: Model { n_layer: 2, n_head: 2, d_model: 32, context: 32, vocab: 16 },
-            data: Data { source: DataSource::Synthetic { generator: "arith".into() }, seed: 1 },
+            data: Data { source: DataSource::Synthetic { generator: "arith".into() }, seed: 1, skip_batches: 0 },
             train: Train {
                 steps,
                 batch_per_rank,

@@ -12,7 +12,7 @@ use super::telemetry::TelemetryTx;
 use crate::collective::{CollectiveError, InjectedFault};
 use crate::ids::{unix_ms, Step};
 use crate::protocol::message::{Phase, StepMetrics};
-use crate::recipe::{Device, Dtype, FaultKind, Kind, Recipe};
+use crate::recipe::{Device, Dtype, FaultKind, Kind, OnNan, Recipe};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
@@ -30,6 +30,12 @@ pub enum TrainError {
     Collective { step: u64, source: CollectiveError },
     #[error(transparent)]
     Checkpoint(#[from] CkptError),
+    /// The averaged gradients were not finite and `recovery.on_nan` says not to train on.
+    #[error(
+        "the averaged gradients are not finite at step {step} (loss {loss}): stopped without applying it \
+         (recovery.on_nan = {on_nan})"
+    )]
+    NonFinite { step: u64, loss: f64, on_nan: &'static str },
 }
 
 /// What a finished run leaves behind.
@@ -176,9 +182,21 @@ pub fn train_session(
         loader.seek(restored.data_position);
         start = restored.step;
         println!("rank {rank} resumed from {} at step {start}", dir.display());
+        if recipe.data.skip_batches > 0 {
+            loader.skip_batches(recipe.data.skip_batches);
+            println!(
+                "rank {rank} passes over {} global batches of data (data.skip_batches): step {} trains on what step {} \
+                 would have",
+                recipe.data.skip_batches,
+                start + 1,
+                start + 1 + recipe.data.skip_batches
+            );
+        }
     }
     let mut ckpt = Checkpointer::new(session.plan, session.stop, recipe, rank, tele)?;
     let mut stopped = false;
+    // A step whose averaged gradients were not finite, under `recovery.on_nan` stop or restart.
+    let mut non_finite = None;
     let mut last = start;
     let faults: Vec<&crate::recipe::Fault> = recipe.faults.iter().filter(|f| f.rank == rank).collect();
     // The fault of `kind` in force at step `s` (from its step on), if any.
@@ -238,6 +256,13 @@ pub fn train_session(
             let (loss, metrics) = super::cuda::autocast(device, recipe.train.dtype, || {
                 forward(recipe, &model, reference.as_ref(), &input)
             })?;
+            let loss = match pass == 0 && faults.iter().any(|f| f.kind == FaultKind::Nan && f.step == s) {
+                true => {
+                    eprintln!("rank {rank}: fault injection: a NaN loss at step {s} at unix ms {}", unix_ms());
+                    loss.f_mul_scalar(f64::NAN)?
+                }
+                false => loss,
+            };
             let t_fwd = Instant::now();
 
             tele.phase(step, Phase::Bwd);
@@ -290,6 +315,12 @@ pub fn train_session(
             tele.phase(step, Phase::Opt);
             lr = lr_at(&recipe.train, s);
             grad_norm = opt.clip_grad_norm(recipe.train.grad_clip)?;
+            // The norm of the averaged gradients is the same on every rank: all stop together.
+            if !grad_norm.is_finite() && recipe.recovery.on_nan != OnNan::Ignore {
+                non_finite = Some(s);
+                t_opt = Instant::now();
+                break;
+            }
             opt.step(lr)?;
             t_opt = Instant::now();
             for (i, (a, b)) in
@@ -326,6 +357,10 @@ pub fn train_session(
             tele.metrics(step, kind_metrics);
         }
         on_step(&metrics);
+        if non_finite.is_some() {
+            final_loss = loss_value;
+            break;
+        }
         if eval_every > 0 && (s.is_multiple_of(eval_every) || s == steps) {
             evaluate(&model, loader.source(), recipe, group, tele, step, device)?;
         }
@@ -343,6 +378,10 @@ pub fn train_session(
     }
     ckpt.finish()?;
     tele.phase(Step(last), Phase::Done);
+    if let Some(step) = non_finite {
+        let on_nan = if recipe.recovery.on_nan == OnNan::Restart { "restart" } else { "stop" };
+        return Err(TrainError::NonFinite { step, loss: final_loss, on_nan });
+    }
     Ok(TrainOutcome { steps: last, final_loss, data_position: loader.position(), stopped })
 }
 
