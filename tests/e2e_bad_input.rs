@@ -56,3 +56,20 @@ fn doctor_reports_libtorch_and_says_nvml_is_absent_without_failing() {
     assert!(text.lines().any(|l| l.starts_with("libtorch") && l.contains(" ok ")), "{text}");
     assert!(text.lines().any(|l| l.starts_with("nvml")), "{text}");
 }
+
+/// Output cut short by its reader (`| head -1`) ends the command quietly: no panic and no
+/// `Broken pipe` error line, as with `cat`.
+#[test]
+fn a_reader_that_goes_away_ends_a_printing_command_quietly() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("big.log");
+    let line = std::fs::read_to_string(common::repo().join("tests/fixtures/logs/deepspeed.log")).expect("fixture");
+    // Far more output than a pipe holds, so the writer meets the closed pipe.
+    std::fs::write(&log, line.repeat(2000)).expect("write");
+    let script = format!("{} parse-log {} | head -1", common::bin().display(), log.display());
+    let out = std::process::Command::new("sh").arg("-c").arg(&script).output().expect("sh");
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 1);
+    assert!(!err.contains("panicked") && !err.contains("Broken pipe"), "{err}");
+}

@@ -131,6 +131,9 @@ pub fn main() -> i32 {
         }
     };
     let db = DbPaths::new(db_dir(cli.db.as_deref()));
+    if let Some(cmd) = &cli.command {
+        quiet_on_closed_pipe(cmd);
+    }
     let result = match cli.command {
         None => client_runtime().and_then(|rt| rt.block_on(crate::ui::run(&db, crate::ui::Start::Home))),
         Some(Cmd::Server { foreground }) => crate::server::main(db, foreground).map(|_| 0),
@@ -145,6 +148,23 @@ pub fn main() -> i32 {
         Err(e) => {
             eprintln!("flightdeck: {e:#}");
             EXIT_FAILURE
+        }
+    }
+}
+
+/// Commands whose output is made for pipes end quietly when their reader goes away (`| head`),
+/// as `cat` and `grep` do, instead of an error line or a panic from the next print: SIGPIPE
+/// goes back to its default there. The server, agents and ranks keep it ignored, so a closed
+/// socket is an error they handle.
+fn quiet_on_closed_pipe(cmd: &Cmd) {
+    let printer = matches!(
+        cmd,
+        Cmd::Runs { .. } | Cmd::Show { .. } | Cmd::Metrics(_) | Cmd::Ckpts { .. } | Cmd::ParseLog(_) | Cmd::Queue(_)
+    );
+    if printer {
+        // SAFETY: resetting a signal's disposition, before any other thread exists.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         }
     }
 }
