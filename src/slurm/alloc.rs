@@ -163,12 +163,49 @@ fn wait_running(slurm: &Slurm, job: &str, notes: &dyn Fn(&str)) -> Result<JobInf
                 info.state, info.reason
             )));
         }
+        if let Some(why) = never_starts(&info.reason) {
+            return Err(SlurmError::Refused(format!(
+                "Slurm job {job} is pending for {} and will not start as it is: {why}",
+                info.reason
+            )));
+        }
         if info.reason != told {
             notes(&format!("Slurm job {job} pending ({})", info.reason));
             told = info.reason.clone();
         }
         std::thread::sleep(PENDING_POLL);
     }
+}
+
+/// Pending reasons (`squeue -o %r`) that no amount of waiting resolves: the job asks for more
+/// than its partition, account or QOS may ever give, or for something the cluster does not
+/// have. A launch stops on them at once (and cancels its own job) instead of waiting forever;
+/// every other reason (`Resources`, `Priority`, `BeginTime`, ...) is waited out.
+fn never_starts(reason: &str) -> Option<&'static str> {
+    const NEVER: &[(&str, &str)] = &[
+        (
+            "PartitionNodeLimit",
+            "it asks for more nodes than the partition allows (lower cluster.nodes, or pick another cluster.partition)",
+        ),
+        ("PartitionTimeLimit", "its time limit is above the partition's (lower cluster.time_limit)"),
+        (
+            "PartitionConfig",
+            "the partition cannot run it as configured (check cluster.partition and cluster.sbatch_args)",
+        ),
+        ("PartitionDown", "its partition is down"),
+        ("PartitionInactive", "its partition is inactive"),
+        ("BadConstraints", "no node has the features it asks for (check cluster.sbatch_args)"),
+        ("InvalidAccount", "its account is not valid here (check cluster.account)"),
+        ("InvalidQOS", "its QOS is not valid here (check cluster.sbatch_args)"),
+        ("QOSMaxNodePerJobLimit", "it asks for more nodes than its QOS allows per job (lower cluster.nodes)"),
+        ("QOSMaxWallDurationPerJobLimit", "its time limit is above its QOS's (lower cluster.time_limit)"),
+        (
+            "AssocMaxNodesPerJobLimit",
+            "it asks for more nodes than its association allows per job (lower cluster.nodes)",
+        ),
+        ("AssocMaxWallDurationPerJobLimit", "its time limit is above its association's (lower cluster.time_limit)"),
+    ];
+    NEVER.iter().find(|(name, _)| reason.split([',', ' ']).any(|r| r == *name)).map(|(_, why)| *why)
 }
 
 /// Cancels a job; a failure is only logged (the job may be gone already).
@@ -220,6 +257,15 @@ mod tests {
         assert!(s.starts_with("#!/bin/bash\n"));
         assert!(s.contains("trap warned USR2") && s.contains("Comment=flightdeck:grace"));
         assert!(s.contains("while kill -0"), "bash's wait returns on a trapped signal: {s}");
+    }
+
+    #[test]
+    fn a_reason_no_wait_resolves_ends_the_wait_and_any_other_is_waited_out() {
+        assert!(never_starts("PartitionNodeLimit").is_some_and(|w| w.contains("cluster.nodes")));
+        assert!(never_starts("ReqNodeNotAvail, PartitionTimeLimit").is_some_and(|w| w.contains("time_limit")));
+        for waited in ["Resources", "Priority", "BeginTime", "None", "", "ReqNodeNotAvail, UnavailableNodes:n1"] {
+            assert_eq!(never_starts(waited), None, "{waited}");
+        }
     }
 
     #[test]
