@@ -147,10 +147,11 @@ async fn pass(shared: &Shared) -> anyhow::Result<()> {
         .filter(|r| r.status.is_live() && r.hosts.iter().all(|h| h == "local"))
         .map(|r| r.world_size)
         .sum();
-    // Launching points have no run yet: their ranks count from their specs.
+    // Launching points have no run yet, and restarting ones have none live: their ranks count
+    // from their specs.
     for s in &view.sweeps {
         for (p, spec) in s.points.iter().zip(&s.sweep.points) {
-            if p.state == PointState::Launching && spec.local {
+            if (p.state == PointState::Launching || p.restarting) && spec.local {
                 local_in_use += spec.world_size;
             }
         }
