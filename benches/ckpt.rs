@@ -75,9 +75,16 @@ fn measure(recipe: &Recipe, base: &Path, reps: usize) -> anyhow::Result<Result> 
     // One checkpointer for every repetition, as in a run: from the second save on, the
     // snapshot reuses the buffers the writer hands back.
     let root = base.join("save");
-    let plan =
-        Plan { root: root.clone(), every: 1, keep: 1, run: "bench".into(), recipe_json: serde_json::to_vec(recipe)? };
-    let mut ckpt = Checkpointer::new(Some(plan), &never, recipe, 0, tele.tx())?;
+    let plan = Plan {
+        root: root.clone(),
+        every: 1,
+        keep: 1,
+        run: "bench".into(),
+        recipe_json: serde_json::to_vec(recipe)?,
+        writes: true,
+        node: "local".into(),
+    };
+    let mut ckpt = Checkpointer::new(Some(plan), &never, recipe, tele.tx())?;
     for rep in 0..reps {
         let step = rep as u64 + 1;
         let t0 = Instant::now();

@@ -210,7 +210,8 @@ fn writer_child(root: &std::path::Path) -> ! {
             .chain([(disk::RECIPE.to_string(), b"{}".to_vec())])
             .chain((0..2).map(|r| (disk::rank_file(r), format!("{{\"rank\":{r},\"step\":{step}}}").into_bytes())))
             .collect();
-        let info = CommitInfo { run: "kill-test".into(), step, world_size: 2, loss: 1.0, saved_ms: 1 };
+        let info =
+            CommitInfo { run: "kill-test".into(), step, world_size: 2, loss: 1.0, saved_ms: 1, node: "local".into() };
         let job = Job {
             info,
             model: payload(step, MODEL_FLOATS),

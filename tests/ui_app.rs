@@ -269,6 +269,7 @@ fn r_on_a_live_run_kills_it_then_restarts_from_the_newest_verified_checkpoint() 
         checked: "sha256".into(),
         checked_ms: 1,
         problem: None,
+        nodes: Vec::new(),
     };
     let list = CkptList { run: id.clone(), dir, latest: Some(10), checkpoints: vec![saved] };
     app.on_data(DataEvent::Checkpoints(Box::new(list)));

@@ -295,6 +295,7 @@ fn ckpt(run: &RunId, step: u64, saved_ms: u64, problem: Option<&str>) -> Checkpo
         checked: "sha256".into(),
         checked_ms: saved_ms,
         problem: problem.map(String::from),
+        nodes: Vec::new(),
     }
 }
 

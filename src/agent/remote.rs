@@ -1,5 +1,6 @@
-//! The agent's two helpers for SSH launchers: `agent start` (start the agent detached and say
-//! when it is ready) and `agent connect` (bridge the exec channel's stdio to the agent socket).
+//! The agent's helpers for SSH launchers: `agent start` (start the agent detached and say when
+//! it is ready), `agent connect` (bridge the exec channel's stdio to the agent socket) and
+//! `agent checkpoint` (choose a checkpoint on this node for a resume).
 use crate::paths::RunDirPaths;
 use anyhow::Context;
 use std::io::{BufRead, Read, Write};
@@ -87,6 +88,23 @@ pub fn connect(run_dir: PathBuf) -> anyhow::Result<i32> {
                     return Ok(0);
                 }
             }
+        }
+    }
+}
+
+/// `flightdeck agent checkpoint --root ROOT [--step N]`: `store::checkpoints::choose` on this
+/// node, printed as one JSON line, `{"Ok": Chosen}` or `{"Err": "why"}`; exits 0 either way
+/// (the answer is the line).
+pub fn checkpoint(root: &std::path::Path, step: Option<u64>) -> i32 {
+    let chosen = crate::store::checkpoints::choose(root, step).map_err(|e| e.to_string());
+    match serde_json::to_string(&chosen) {
+        Ok(line) => {
+            println!("{line}");
+            0
+        }
+        Err(e) => {
+            eprintln!("flightdeck agent checkpoint: {e}");
+            1
         }
     }
 }

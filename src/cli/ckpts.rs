@@ -44,8 +44,10 @@ pub async fn ckpts(db: &DbPaths, run: &str, json: bool, verify: bool) -> anyhow:
             (None, false) => "NO".into(),
         };
         let mark = if latest == Some(c.step) { " (LATEST)" } else { "" };
+        // A multi-node run's copies: which nodes hold this step.
+        let nodes = if c.nodes.len() > 1 { format!(" on {}", c.nodes.join(", ")) } else { String::new() };
         println!(
-            "{:>8} {:>9} {:>10} {:>8} {:>10} {:>10}  {verdict}{mark}",
+            "{:>8} {:>9} {:>10} {:>8} {:>10} {:>10}  {verdict}{mark}{nodes}",
             c.step,
             loss,
             crate::units::bytes(c.bytes),
@@ -71,6 +73,7 @@ fn entry_json(c: &CheckpointRecord, latest: Option<u64>, now: u64) -> Value {
         "checked": c.checked,
         "problem": c.problem,
         "latest": latest == Some(c.step),
+        "nodes": c.nodes,
     })
 }
 

@@ -242,6 +242,14 @@ pub enum AgentAction {
     },
     /// Run a node's agent as a Slurm step's task (started by the Slurm launcher through srun).
     Slurm,
+    /// Choose a checkpoint under ROOT on this node as `resume` does (the one at --step, else the
+    /// newest whose every file matches its sha256) and print the choice as one JSON line.
+    Checkpoint {
+        #[arg(long)]
+        root: PathBuf,
+        #[arg(long)]
+        step: Option<u64>,
+    },
 }
 
 fn agent(args: AgentArgs) -> anyhow::Result<i32> {
@@ -249,6 +257,7 @@ fn agent(args: AgentArgs) -> anyhow::Result<i32> {
         (Some(AgentAction::Start { run_dir }), _) => crate::agent::remote::start(run_dir),
         (Some(AgentAction::Connect { run_dir }), _) => crate::agent::remote::connect(run_dir),
         (Some(AgentAction::Slurm), _) => crate::slurm::node::main().map(|_| 0),
+        (Some(AgentAction::Checkpoint { root, step }), _) => Ok(crate::agent::remote::checkpoint(&root, step)),
         (None, Some(run_dir)) => crate::agent::main(run_dir).map(|_| 0),
         (None, None) => anyhow::bail!("flightdeck agent needs --run-dir DIR (it is started by launchers)"),
     }

@@ -17,6 +17,10 @@ pub struct ResumeArgs {
     /// the world size must stay as they were.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub overrides: Vec<String>,
+    /// Comma-separated hosts for the child (overrides cluster.hosts; as many as the parent
+    /// had): a node that is not one of the parent's gets the checkpoint copied from one that is.
+    #[arg(long, value_delimiter = ',')]
+    pub hosts: Vec<String>,
     /// A name for the child run (default: the parent's).
     #[arg(long)]
     pub name: Option<String>,
@@ -25,7 +29,11 @@ pub struct ResumeArgs {
     pub headless: bool,
 }
 
-pub async fn resume(db: &DbPaths, args: ResumeArgs) -> anyhow::Result<i32> {
+pub async fn resume(db: &DbPaths, mut args: ResumeArgs) -> anyhow::Result<i32> {
+    if !args.hosts.is_empty() {
+        let quoted: Vec<String> = args.hosts.iter().map(|h| format!("{h:?}")).collect();
+        args.overrides.push(format!("cluster.hosts=[{}]", quoted.join(",")));
+    }
     let mut client = Client::connect(db).await?;
     let recipe_json = if args.overrides.is_empty() {
         None
@@ -40,13 +48,19 @@ pub async fn resume(db: &DbPaths, args: ResumeArgs) -> anyhow::Result<i32> {
     };
     let env = crate::protocol::spec::ClientEnv::from_env();
     let req = Request::Resume { run: args.run.clone(), step: args.step, recipe_json, name: args.name.clone(), env };
-    let (run, parent, step, path, skipped) = match client.request(&req).await? {
-        Reply::Resumed { run, parent, step, path, skipped } => (run, parent, step, path, skipped),
-        Reply::Error { message } => {
-            eprintln!("flightdeck: resume refused: {message}");
-            return Ok(EXIT_BAD_INPUT);
+    client.send(&req).await?;
+    // An SSH resume reports each host's progress (and each checkpoint copy) before the run id.
+    let (run, parent, step, path, skipped) = loop {
+        match client.next().await? {
+            Some(Reply::LaunchProgress { host, text }) => println!("launch {host}: {text}"),
+            Some(Reply::Resumed { run, parent, step, path, skipped }) => break (run, parent, step, path, skipped),
+            Some(Reply::Error { message }) => {
+                eprintln!("flightdeck: resume refused: {message}");
+                return Ok(EXIT_BAD_INPUT);
+            }
+            Some(other) => anyhow::bail!("unexpected reply to resume: {other:?}"),
+            None => anyhow::bail!("the server closed the connection during the resume"),
         }
-        other => anyhow::bail!("unexpected reply to resume: {other:?}"),
     };
     for s in &skipped {
         println!("skipped checkpoint step {} of run {parent}: {}", s.step, s.reason);

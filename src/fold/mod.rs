@@ -76,7 +76,14 @@ impl RunState {
                     RankMsg::Collective(_) | RankMsg::Metrics { .. } => {}
                     RankMsg::Finished { .. } => info.phase = Some(Phase::Done),
                     RankMsg::Phase { phase, .. } => info.phase = Some(*phase),
-                    RankMsg::CheckpointSaved(c) => event(EventKind::CheckpointSaved, Some(rank.0), saved_text(c)),
+                    RankMsg::CheckpointSaved(c) if rank.0 == 0 => {
+                        event(EventKind::CheckpointSaved, Some(rank.0), saved_text(c))
+                    }
+                    RankMsg::CheckpointSaved(c) => {
+                        // Another node's copy (multi-node runs keep one per node).
+                        let text = format!("rank {rank}'s copy on {}: {}", info.host, saved_text(c));
+                        event(EventKind::CheckpointSaved, Some(rank.0), text)
+                    }
                     RankMsg::CheckpointFailed { step, reason } => {
                         let text = format!("rank {rank}: checkpoint step {} failed: {reason}", step.0);
                         event(EventKind::CheckpointFailed, Some(rank.0), text);
@@ -102,6 +109,8 @@ impl RunState {
             AgentEvent::RankExited { rank, pid, status, last_error } => {
                 let info = self.rank_mut(rank.0);
                 info.exit = Some(status.clone());
+                // Its end is the last thing heard of it: which rank failed first is read from here.
+                info.last_seen_ms = Some(t_ms);
                 out.rank = Some(rank.0);
                 let said = last_error.as_ref().filter(|_| !status.success()).map(|e| format!(": {e}"));
                 let text = format!(

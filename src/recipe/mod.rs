@@ -125,6 +125,10 @@ pub struct Checkpoint {
 pub struct Cluster {
     /// `local` or SSH destinations (`node-a`, `user@node-b:2222`).
     pub hosts: Vec<String>,
+    /// SSH destinations that recovery may put in place of a host that failed twice in a
+    /// lineage (each with the same ranks as the one it replaces).
+    #[serde(default)]
+    pub spare_hosts: Vec<String>,
     pub ranks_per_node: u32,
     pub device: Device,
     /// How SSH hosts are reached and laid out (unused by `local`).

@@ -162,6 +162,7 @@ pub(super) struct RawCheckpoint {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawCluster {
     pub hosts: Option<Vec<String>>,
+    pub spare_hosts: Option<Vec<String>>,
     pub ranks_per_node: Option<i64>,
     pub device: Option<String>,
     pub remote_dir: Option<String>,
@@ -301,6 +302,7 @@ pub(super) const TABLES: &[(&str, &[(&str, Ty)])] = &[
         "cluster",
         &[
             ("hosts", Ty::StrList),
+            ("spare_hosts", Ty::StrList),
             ("ranks_per_node", Ty::Int),
             ("device", Ty::Str),
             ("remote_dir", Ty::Str),

@@ -311,7 +311,24 @@ impl Check<'_> {
                 Device::Cpu,
                 &[("cpu", Device::Cpu), ("cuda", Device::Cuda)],
             )?;
-            return Ok(Cluster { hosts: Vec::new(), ranks_per_node: rpn, device, ssh: ssh?, launcher, slurm });
+            if raw.spare_hosts.as_ref().is_some_and(|s| !s.is_empty()) {
+                return Err(self.invalid(
+                    "cluster.spare_hosts",
+                    "cluster.spare_hosts and cluster.launcher = \"slurm\" exclude each other: Slurm picks the \
+                     nodes (and replaces a down one at the next allocation); remove cluster.spare_hosts"
+                        .to_string(),
+                ));
+            }
+            let spare_hosts = Vec::new();
+            return Ok(Cluster {
+                hosts: Vec::new(),
+                spare_hosts,
+                ranks_per_node: rpn,
+                device,
+                ssh: ssh?,
+                launcher,
+                slurm,
+            });
         }
         let hosts = raw.hosts.unwrap_or_else(|| vec!["local".to_string()]);
         let forms = r#"hosts are "local" or SSH destinations like "node-a" or "user@node-b:2222""#;
@@ -337,11 +354,46 @@ impl Check<'_> {
                 )));
             }
         }
+        let spare_hosts = self.spare_hosts(raw.spare_hosts.unwrap_or_default(), &hosts)?;
         let rpn = self.int_in("cluster.ranks_per_node", raw.ranks_per_node.unwrap_or(1), 1, MAX_U32)? as u32;
         let device =
             self.choice("cluster.device", raw.device, Device::Cpu, &[("cpu", Device::Cpu), ("cuda", Device::Cuda)])?;
         let ssh = ssh?;
-        Ok(Cluster { hosts, ranks_per_node: rpn, device, ssh, launcher, slurm })
+        Ok(Cluster { hosts, spare_hosts, ranks_per_node: rpn, device, ssh, launcher, slurm })
+    }
+
+    /// `cluster.spare_hosts`: SSH destinations, each once, none of them in `cluster.hosts`, and
+    /// only beside SSH hosts (recovery swaps one in for a host that failed twice).
+    fn spare_hosts(&self, spares: Vec<String>, hosts: &[String]) -> R<Vec<String>> {
+        if !spares.is_empty() && hosts.iter().any(|h| h == "local") {
+            return Err(self.invalid(
+                "cluster.spare_hosts",
+                format!(
+                    "{} needs SSH hosts in cluster.hosts: a spare replaces a host that failed, and \"local\" \
+                     (this machine) has nothing to replace it with; list the nodes as SSH destinations",
+                    self.ctx.show("cluster.spare_hosts", format!("{spares:?}"))
+                ),
+            ));
+        }
+        for (i, host) in spares.iter().enumerate() {
+            let shown = self.ctx.show(&format!("cluster.spare_hosts[{i}]"), format!("{host:?}"));
+            let problem = match host_problem(host) {
+                _ if host == "local" => Some("is this machine, which cannot stand in for an SSH node".to_string()),
+                Some(p) => Some(p),
+                None if hosts.contains(host) => {
+                    Some("is also in cluster.hosts; a spare is a host the run does not use".into())
+                }
+                None if spares[..i].contains(host) => Some("is listed twice".into()),
+                None => None,
+            };
+            if let Some(problem) = problem {
+                return Err(self.invalid(
+                    "cluster.spare_hosts",
+                    format!("{shown} {problem}; spares are SSH destinations like \"node-c\" or \"user@node-d:2222\""),
+                ));
+            }
+        }
+        Ok(spares)
     }
 
     /// `cluster.nodes`, `partition`, `time_limit`, `account`, `sbatch_args`, `slurm_job` and

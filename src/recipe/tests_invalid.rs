@@ -199,3 +199,23 @@ fn hosts_must_be_ssh_destinations() {
     let e = with_set(&[r#"cluster.hosts=["a", "a"]"#]).expect_err("duplicate");
     assert_mentions(&e, &["lists \"a\" twice"]);
 }
+
+#[test]
+fn spare_hosts_are_unused_ssh_destinations_beside_ssh_hosts() {
+    let hosts = r#"cluster.hosts=["a", "b"]"#;
+    let ok = with_set(&[hosts, r#"cluster.spare_hosts=["c", "user@d:2222"]"#]).expect("spares");
+    assert_eq!(ok.cluster.spare_hosts, vec!["c".to_string(), "user@d:2222".to_string()]);
+    for (spares, why) in [
+        (r#"["b"]"#, "cluster.spare_hosts[0] = \"b\" is also in cluster.hosts"),
+        (r#"["c", "c"]"#, "cluster.spare_hosts[1] = \"c\" is listed twice"),
+        (r#"["local"]"#, "is this machine"),
+        (r#"["node:0"]"#, "port"),
+    ] {
+        let e = with_set(&[hosts, &format!("cluster.spare_hosts={spares}")]).expect_err(spares);
+        assert_mentions(&e, &[why]);
+    }
+    let e = with_set(&[r#"cluster.spare_hosts=["c"]"#]).expect_err("local hosts");
+    assert_mentions(&e, &["cluster.spare_hosts", "needs SSH hosts in cluster.hosts"]);
+    let slurm = ["cluster.launcher=\"slurm\"", "cluster.nodes=2", r#"cluster.spare_hosts=["c"]"#];
+    assert_mentions(&with_set(&slurm).expect_err("slurm"), &["cluster.spare_hosts", "exclude each other"]);
+}

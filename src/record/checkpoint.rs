@@ -25,6 +25,10 @@ pub struct CheckpointRecord {
     pub checked_ms: u64,
     /// Why it is not verified.
     pub problem: Option<String>,
+    /// The nodes that committed a copy (a multi-node run keeps one per node), in the order their
+    /// writers reported; empty in records from before copies were kept per node.
+    #[serde(default)]
+    pub nodes: Vec<String>,
 }
 /// A checkpoint passed over by a resume, and why.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -25,6 +25,8 @@ pub struct LaunchRequest {
     pub env: ClientEnv,
     /// The sweep point this run is (the queue's launches; a resume's child keeps its parent's).
     pub sweep: Option<SweepPoint>,
+    /// A resume over SSH: where each node's copy of the checkpoint comes from.
+    pub carry: Option<crate::ssh::carry::Carry>,
 }
 
 pub async fn launch(shared: &Shared, req: LaunchRequest, progress: Progress) -> anyhow::Result<RunId> {
@@ -47,6 +49,7 @@ pub async fn launch(shared: &Shared, req: LaunchRequest, progress: Progress) -> 
     let from = StartFrom {
         resume: req.lineage.as_ref().map(|l| PathBuf::from(&l.from.path)),
         init: req.init.as_ref().map(|i| PathBuf::from(&i.path)),
+        carry: req.carry.clone(),
     };
     let started = match placement.start(&shared.db, &run, &recipe, &req.recipe_json, from, progress).await {
         Ok(s) => s,
@@ -100,6 +103,9 @@ pub async fn launch(shared: &Shared, req: LaunchRequest, progress: Progress) -> 
     batch.runs.push(record.clone());
     batch.events.push((run.clone(), EventRecord { t_ms: began_ms, kind: EventKind::RunStarted, rank: None, text }));
     if let Some(text) = space {
+        batch.events.push((run.clone(), EventRecord { t_ms: began_ms, kind: EventKind::Notice, rank: None, text }));
+    }
+    if let Some(text) = req.carry.as_ref().map(|c| c.said(&started.hosts)) {
         batch.events.push((run.clone(), EventRecord { t_ms: began_ms, kind: EventKind::Notice, rank: None, text }));
     }
     shared.ingest.write(batch).await.map_err(anyhow::Error::msg)?;

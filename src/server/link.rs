@@ -140,7 +140,8 @@ struct Node {
     host: String,
     /// The newest frame taken from this node; replays of older ones are dropped.
     last_seq: u64,
-    ended: Option<(RunOutcome, String)>,
+    /// How this node's agent ended the run on its side, and how many nodes had ended before it.
+    ended: Option<(RunOutcome, String, usize)>,
     lost: Option<String>,
     pending: Vec<AgentFrame>,
 }
@@ -268,6 +269,7 @@ impl Link {
 
     async fn frame(&mut self, k: usize, mut f: AgentFrame) -> anyhow::Result<()> {
         let multi = self.nodes.len() > 1;
+        let ended_before = self.nodes.iter().filter(|n| n.ended.is_some()).count();
         let node = &mut self.nodes[k];
         if f.seq <= node.last_seq {
             return Ok(()); // replayed after a reconnect; already taken
@@ -280,7 +282,7 @@ impl Link {
             }
         }
         let ended = if let AgentEvent::RunEnded { outcome, reason } = &f.event {
-            node.ended = Some((*outcome, reason.clone()));
+            node.ended = Some((*outcome, reason.clone(), ended_before));
             node.handle.ended.store(true, Ordering::SeqCst);
             if multi {
                 // One node's end is not the run's: it ends when every node has.
@@ -311,10 +313,16 @@ impl Link {
         if let Some((n, why)) = self.nodes.iter().find_map(|n| n.lost.as_ref().map(|w| (n, w))) {
             return (RunStatus::Interrupted, format!("lost the agent on {} before the run ended: {why}", n.host));
         }
-        // The first node to end other than successfully names the run's outcome.
-        let failed = self.nodes.iter().filter_map(|n| n.ended.as_ref()).find(|(o, _)| *o != RunOutcome::Succeeded);
+        // The first node to end other than successfully names the run's outcome: a failure on
+        // one node, not the kill it made the server send the others.
+        let failed = self
+            .nodes
+            .iter()
+            .filter_map(|n| n.ended.as_ref())
+            .filter(|(o, _, _)| *o != RunOutcome::Succeeded)
+            .min_by_key(|(_, _, order)| *order);
         match failed {
-            Some((o, reason)) => (crate::fold::status_of(*o), reason.clone()),
+            Some((o, reason, _)) => (crate::fold::status_of(*o), reason.clone()),
             None if self.nodes.iter().all(|n| n.ended.is_some()) => (
                 RunStatus::Succeeded,
                 format!("all {} ranks finished on {} nodes", self.tracker.state.record.world_size, self.nodes.len()),
@@ -404,7 +412,7 @@ impl Link {
         let time_limited = self.time_limited.load(Ordering::SeqCst);
         let ranks = &self.tracker.state.ranks;
         if let Some(cause) = super::recovery::cause(&record, ranks, self.killed_for_hang, time_limited) {
-            super::recovery::take_up(&self.shared, record, cause, recovery);
+            super::recovery::take_up(&self.shared, record, ranks.clone(), cause, recovery);
         }
     }
 

@@ -87,7 +87,7 @@ impl Placement {
     ) -> anyhow::Result<Started> {
         match self {
             Placement::Local => start_local(db, run, recipe, from).await,
-            Placement::Ssh(ctx) => start_ssh(db, run, recipe, recipe_json, ctx.clone(), progress).await,
+            Placement::Ssh(ctx) => start_ssh(db, run, recipe, recipe_json, ctx.clone(), from.carry, progress).await,
             Placement::Slurm(slurm) => start_slurm(db, run, recipe, slurm.clone(), from, progress).await,
         }
     }
@@ -117,6 +117,8 @@ impl Placement {
 pub struct StartFrom {
     pub resume: Option<PathBuf>,
     pub init: Option<PathBuf>,
+    /// A resume over SSH: each node's own copy of the checkpoint (in place or carried there).
+    pub carry: Option<crate::ssh::carry::Carry>,
 }
 
 async fn start_local(db: &DbPaths, run: &RunId, recipe: &Recipe, from: StartFrom) -> anyhow::Result<Started> {
@@ -190,12 +192,15 @@ async fn start_ssh(
     recipe: &Recipe,
     recipe_json: &str,
     ctx: ClientEnv,
+    carry: Option<crate::ssh::carry::Carry>,
     progress: Progress,
 ) -> anyhow::Result<Started> {
+    let env = ctx.clone();
     let launched = tokio::task::spawn_blocking({
         let (run, recipe, json) = (run.clone(), recipe.clone(), recipe_json.to_string());
         move || -> anyhow::Result<Vec<RemoteAgent>> {
-            let plan = Plan::new(&run, &recipe, &json, &ctx)?;
+            let mut plan = Plan::new(&run, &recipe, &json, &ctx)?;
+            plan.carry = carry;
             let notes = |host: &str, text: &str| {
                 tracing::info!("launch {run} {host}: {text}");
                 if let Some(tx) = &progress {
@@ -208,6 +213,8 @@ async fn start_ssh(
     })
     .await??;
     std::fs::write(nodes_file(db, run), serde_json::to_vec_pretty(&launched)?)?;
+    // The asking client's SSH environment, for recovery's restarts (no client asks those).
+    std::fs::write(ssh_env_file(db, run), serde_json::to_vec_pretty(&env)?)?;
     let where_: Vec<String> = launched.iter().map(|a| format!("{} (agent pid {})", a.target.spec, a.pid)).collect();
     Ok(Started {
         hosts: launched.iter().map(|a| a.target.spec.clone()).collect(),
@@ -355,18 +362,33 @@ fn nodes_file(db: &DbPaths, run: &RunId) -> PathBuf {
     db.run_dir(run).join("nodes.json")
 }
 
+fn ssh_env_file(db: &DbPaths, run: &RunId) -> PathBuf {
+    db.run_dir(run).join("ssh_env.json")
+}
+
+/// The SSH environment of the client that launched a recorded SSH run, if it was kept.
+pub fn ssh_env(db: &DbPaths, run: &RunId) -> Option<ClientEnv> {
+    serde_json::from_slice(&std::fs::read(ssh_env_file(db, run)).ok()?).ok()
+}
+
+/// A recorded SSH run's agents, one per node in host order (None: not an SSH run).
+pub fn ssh_nodes(db: &DbPaths, run: &RunId) -> anyhow::Result<Option<Vec<RemoteAgent>>> {
+    let file = nodes_file(db, run);
+    if !file.is_file() {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+    Ok(Some(serde_json::from_str(&text).with_context(|| format!("parsing {}", file.display()))?))
+}
+
 /// How to reach each node of a recorded run again (after a server restart): SSH when it has
 /// `nodes.json`, else its local agent sockets.
 pub fn transports(db: &DbPaths, record: &crate::store::RunRecord) -> anyhow::Result<Vec<Transport>> {
     if let Some(nodes) = slurm_nodes(db, &record.id)? {
         return Ok(nodes.agents.into_iter().map(|t| Transport::Tcp(Arc::new(t))).collect());
     }
-    let file = nodes_file(db, &record.id);
-    if !file.is_file() {
-        return Ok(record.agent_sockets.iter().map(|s| Transport::Local(PathBuf::from(s))).collect());
+    match ssh_nodes(db, &record.id)? {
+        Some(agents) => Ok(agents.into_iter().map(|a| Transport::Ssh(Arc::new(a))).collect()),
+        None => Ok(record.agent_sockets.iter().map(|s| Transport::Local(PathBuf::from(s))).collect()),
     }
-    let text = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
-    let agents: Vec<RemoteAgent> =
-        serde_json::from_str(&text).with_context(|| format!("parsing {}", file.display()))?;
-    Ok(agents.into_iter().map(|a| Transport::Ssh(Arc::new(a))).collect())
 }

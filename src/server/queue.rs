@@ -231,6 +231,7 @@ async fn launch_point(shared: &Shared, sweep: &SweepRecord, point: u32) -> anyho
         init,
         env,
         sweep: Some(SweepPoint { sweep: sweep.id.clone(), point }),
+        carry: None,
     };
     super::launch::launch(shared, req, None).await
 }

@@ -97,6 +97,58 @@ pub fn backoff(recovery: &Recovery, attempt: u32) -> Duration {
     Duration::from_secs_f64(s.min(BACKOFF_CAP_S))
 }
 
+/// The hosts a failure of `cause` is laid on: for a crash or a non-finite loss, the host of the
+/// rank whose failure came first (by the agents' clocks: an exit is the last thing heard of a
+/// rank); the ranks that failed after it lost a peer or were ended by their agents. For a lost
+/// node, the hosts whose ranks never reported an end. A hang, a stop on Slurm's time limit:
+/// none (the host is not known to be at fault).
+pub fn blamed(ranks: &[RankInfo], cause: Cause) -> Vec<String> {
+    let failed: Vec<&RankInfo> = match cause {
+        Cause::Crash | Cause::Nan => {
+            let failed: Vec<&RankInfo> =
+                ranks.iter().filter(|r| r.exit.as_ref().is_some_and(|e| !e.success())).collect();
+            let first = failed.iter().filter_map(|r| r.last_seen_ms).min();
+            failed.into_iter().filter(|r| first.is_none() || r.last_seen_ms == first).collect()
+        }
+        Cause::NodeLost => ranks.iter().filter(|r| r.exit.is_none()).collect(),
+        Cause::Hang | Cause::TimeLimit => Vec::new(),
+    };
+    let mut hosts: Vec<String> = failed.iter().map(|r| r.host.clone()).collect();
+    hosts.sort();
+    hosts.dedup();
+    hosts
+}
+
+/// A host that failed twice in a lineage makes way for a spare: `hosts` with each such host
+/// replaced by the first unused spare (one that has not failed twice itself), and the swaps
+/// made as (failed host, spare). A host with no spare left stays, and is said in `kept`.
+pub struct Swapped {
+    pub hosts: Vec<String>,
+    pub spares: Vec<String>,
+    pub swaps: Vec<(String, String)>,
+    pub kept: Vec<String>,
+}
+
+pub fn swap_spares(hosts: &[String], spares: &[String], failures: &HashMap<String, u32>) -> Swapped {
+    let failed_twice = |h: &String| failures.get(h).copied().unwrap_or(0) >= 2;
+    let mut free: Vec<String> = spares.iter().filter(|s| !failed_twice(s) && !hosts.contains(s)).cloned().collect();
+    let mut out = Swapped { hosts: Vec::new(), spares: Vec::new(), swaps: Vec::new(), kept: Vec::new() };
+    for h in hosts {
+        if !failed_twice(h) {
+            out.hosts.push(h.clone());
+        } else if free.is_empty() {
+            out.kept.push(h.clone());
+            out.hosts.push(h.clone());
+        } else {
+            let spare = free.remove(0);
+            out.swaps.push((h.clone(), spare.clone()));
+            out.hosts.push(spare);
+        }
+    }
+    out.spares = spares.iter().filter(|s| !out.hosts.contains(s)).cloned().collect();
+    out
+}
+
 /// The child's recipe: the parent's without the faults it already reached (a fault fires once
 /// per lineage: the step the parent ended in, and any before it).
 pub fn child_recipe(record: &RunRecord) -> Option<String> {
@@ -108,13 +160,13 @@ pub fn child_recipe(record: &RunRecord) -> Option<String> {
 
 /// Takes up a run that ended by `cause`: registers the pending decision (before the end is
 /// published), then decides and restarts on a task of its own.
-pub fn take_up(shared: &Shared, record: RunRecord, cause: Cause, recovery: Recovery) {
+pub fn take_up(shared: &Shared, record: RunRecord, ranks: Vec<RankInfo>, cause: Cause, recovery: Recovery) {
     let (tx, rx) = watch::channel(Outcome::Pending);
     lock(&shared.restarts).insert(record.id.clone(), rx);
     shared.recovering.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     let shared = shared.clone();
     tokio::spawn(async move {
-        let outcome = restart(&shared, &record, cause, &recovery).await;
+        let outcome = restart(&shared, &record, ranks, cause, &recovery).await;
         let text = match &outcome {
             Outcome::Restarted { child, restart } => format!(
                 "recovery: restarted after a {} as run {child} (restart {} of at most {})",
@@ -131,7 +183,13 @@ pub fn take_up(shared: &Shared, record: RunRecord, cause: Cause, recovery: Recov
     });
 }
 
-async fn restart(shared: &Shared, record: &RunRecord, cause: Cause, recovery: &Recovery) -> Outcome {
+async fn restart(
+    shared: &Shared,
+    record: &RunRecord,
+    ranks: Vec<RankInfo>,
+    cause: Cause,
+    recovery: &Recovery,
+) -> Outcome {
     let s2 = shared.clone();
     let r2 = record.clone();
     let taken = match tokio::task::spawn_blocking(move || taken(&s2, &r2)).await {
@@ -153,9 +211,17 @@ async fn restart(shared: &Shared, record: &RunRecord, cause: Cause, recovery: &R
     let Some(recipe_json) = child_recipe(record) else {
         return Outcome::NotRestarted("its stored recipe cannot be read by this flightdeck".into());
     };
-    // The child launches in the environment its parent did: a Slurm parent's `slurm.conf` (and
-    // allocation, when it ran in the user's). SSH runs are not restarted (resume refuses them).
-    let mut env = crate::protocol::spec::ClientEnv::default();
+    let (s2, r2) = (shared.clone(), record.clone());
+    let spared = tokio::task::spawn_blocking(move || with_spares(&s2, &r2, &ranks, cause, recipe_json)).await;
+    let Ok((recipe_json, swaps)) = spared else {
+        return Outcome::NotRestarted("choosing the hosts for the restart failed".into());
+    };
+    if let Some(text) = swaps {
+        note(shared, &record.id, format!("recovery: {text}")).await;
+    }
+    // The child launches in the environment its parent did: an SSH parent's client's SSH config
+    // and agent, a Slurm parent's `slurm.conf` (and allocation, when it ran in the user's).
+    let mut env = super::placement::ssh_env(&shared.db, &record.id).unwrap_or_default();
     if let Ok(Some(nodes)) = super::placement::slurm_nodes(&shared.db, &record.id) {
         env.slurm_conf = nodes.slurm.conf.clone();
         env.slurm_job = (!nodes.allocation.owned).then(|| nodes.allocation.job.clone());
@@ -166,6 +232,50 @@ async fn restart(shared: &Shared, record: &RunRecord, cause: Cause, recovery: &R
         Ok(other) => Outcome::NotRestarted(format!("unexpected reply from the resume: {other:?}")),
         Err(e) => Outcome::NotRestarted(format!("{e:#}")),
     }
+}
+
+/// The child's recipe with every host that failed twice in the lineage (this run's end
+/// included) swapped for a spare, when the recipe lists spares; and what was swapped, said.
+fn with_spares(
+    shared: &Shared,
+    record: &RunRecord,
+    ranks: &[RankInfo],
+    cause: Cause,
+    recipe_json: String,
+) -> (String, Option<String>) {
+    let Ok(mut recipe) = serde_json::from_str::<Recipe>(&recipe_json) else { return (recipe_json, None) };
+    if recipe.cluster.spare_hosts.is_empty() {
+        return (recipe_json, None);
+    }
+    let mut failures: HashMap<String, u32> = HashMap::new();
+    let mut count = |hosts: Vec<String>| hosts.into_iter().for_each(|h| *failures.entry(h).or_default() += 1);
+    count(blamed(ranks, cause));
+    let mut at = record.clone();
+    while let Some(r) = at.restart.clone() {
+        let Some(parent) = at.parent.as_ref().and_then(|p| shared.store.get_run(p).ok().flatten()) else { break };
+        count(blamed(&shared.store.ranks(&parent.id).unwrap_or_default(), r.cause));
+        at = parent;
+    }
+    let swapped = swap_spares(&recipe.cluster.hosts, &recipe.cluster.spare_hosts, &failures);
+    let times = |h: &String| failures.get(h).copied().unwrap_or(0);
+    let mut said: Vec<String> = swapped
+        .swaps
+        .iter()
+        .map(|(bad, spare)| {
+            format!("{bad} failed {} times in this lineage: the restart runs on spare {spare} in its place", times(bad))
+        })
+        .collect();
+    said.extend(swapped.kept.iter().map(|bad| {
+        format!(
+            "{bad} failed {} times in this lineage, but no spare host is left (cluster.spare_hosts): the restart runs \
+             on it again",
+            times(bad)
+        )
+    }));
+    recipe.cluster.hosts = swapped.hosts;
+    recipe.cluster.spare_hosts = swapped.spares;
+    let json = serde_json::to_string(&recipe).unwrap_or(recipe_json);
+    (json, (!said.is_empty()).then(|| said.join("; ")))
 }
 
 async fn note(shared: &Shared, run: &RunId, text: String) {
@@ -259,5 +369,50 @@ mod tests {
         assert_eq!(cause(&r, &[rank.clone()], false, false), Some(Cause::Nan));
         rank.exit = Some(ExitStatus::Code(1));
         assert_eq!(cause(&r, &[rank], false, false), Some(Cause::Crash));
+    }
+
+    fn rank(rank: u32, host: &str, exit: Option<ExitStatus>, at_ms: u64) -> RankInfo {
+        RankInfo { host: host.into(), exit, last_seen_ms: Some(at_ms), ..RankInfo::new(rank) }
+    }
+
+    #[test]
+    fn a_crash_is_laid_on_the_host_of_the_rank_that_failed_first_not_on_the_peers_it_took_down() {
+        let ranks = [
+            rank(0, "node0", Some(ExitStatus::Code(1)), 1_050), // lost its ring peer
+            rank(1, "node0", Some(ExitStatus::Signal(libc::SIGKILL)), 1_060), // ended by its agent
+            rank(2, "node1", Some(ExitStatus::Signal(libc::SIGKILL)), 1_000), // the crash (an OOM kill)
+            rank(3, "node1", Some(ExitStatus::Signal(libc::SIGTERM)), 1_070),
+        ];
+        assert_eq!(blamed(&ranks, Cause::Crash), vec!["node1".to_string()]);
+        assert_eq!(blamed(&ranks, Cause::Nan), vec!["node1".to_string()]);
+        // A clean exit is no failure; a hang or a time limit blames no host.
+        let one = [rank(0, "node0", Some(ExitStatus::Code(0)), 5), rank(1, "node1", Some(ExitStatus::Code(3)), 9)];
+        assert_eq!(blamed(&one, Cause::Crash), vec!["node1".to_string()]);
+        assert!(blamed(&ranks, Cause::Hang).is_empty() && blamed(&ranks, Cause::TimeLimit).is_empty());
+        // A lost node: the hosts whose ranks never reported an end.
+        let lost = [rank(0, "node0", Some(ExitStatus::Signal(libc::SIGKILL)), 9), rank(1, "node1", None, 3)];
+        assert_eq!(blamed(&lost, Cause::NodeLost), vec!["node1".to_string()]);
+    }
+
+    #[test]
+    fn a_host_that_failed_twice_makes_way_for_the_first_unused_spare_once_spares_run_out_it_stays() {
+        let hosts: Vec<String> = ["node0", "node1"].map(String::from).to_vec();
+        let spares: Vec<String> = ["node2", "node3"].map(String::from).to_vec();
+        let once: HashMap<String, u32> = [("node1".to_string(), 1)].into();
+        let s = swap_spares(&hosts, &spares, &once);
+        assert_eq!((s.hosts.clone(), s.swaps.len(), s.spares.clone()), (hosts.clone(), 0, spares.clone()));
+
+        let twice: HashMap<String, u32> = [("node1".to_string(), 2)].into();
+        let s = swap_spares(&hosts, &spares, &twice);
+        assert_eq!(s.hosts, vec!["node0".to_string(), "node2".to_string()]);
+        assert_eq!(s.swaps, vec![("node1".to_string(), "node2".to_string())]);
+        assert_eq!(s.spares, vec!["node3".to_string()], "a spare in use is a spare no more");
+
+        // node2 (swapped in) failed twice too, node3 has as well: nothing is left, node2 stays.
+        let hosts2 = s.hosts;
+        let all: HashMap<String, u32> =
+            [("node1", 2), ("node2", 2), ("node3", 2)].map(|(h, n)| (h.to_string(), n)).into();
+        let s = swap_spares(&hosts2, &["node3".to_string()], &all);
+        assert_eq!((s.hosts, s.kept), (hosts2, vec!["node2".to_string()]));
     }
 }

@@ -41,30 +41,28 @@ pub async fn resume(
     let child_json = recipe_json.unwrap_or_else(|| parent.recipe_json.clone());
     let child: Recipe =
         serde_json::from_str(&child_json).context("the client sent a recipe this server cannot read")?;
-    // A Slurm run's checkpoints are on the filesystem its nodes share with the server.
+    // A Slurm run's checkpoints are on the filesystem its nodes share with the server; an SSH
+    // run's are on its nodes, one copy per node, found and carried by `ssh::carry`.
     let over_ssh = |r: &Recipe| !r.is_local() && !r.is_slurm();
-    if over_ssh(&parent_recipe) || over_ssh(&child) {
+    if over_ssh(&parent_recipe) != over_ssh(&child) {
         anyhow::bail!(
-            "run {id} ran on {}: resuming runs over SSH is not supported yet (the checkpoints stay on the first \
-             node, under cluster.remote_dir's runs/{id}/node-0); resume is for local runs",
-            parent.hosts.join(", ")
+            "run {id} ran {}: a resume keeps its placement (a run over SSH resumes on SSH hosts, one on this \
+             machine or under Slurm resumes there); change cluster.hosts to other hosts of the same kind",
+            if over_ssh(&parent_recipe) { format!("over SSH on {}", parent.hosts.join(", ")) } else { "here".into() }
         );
     }
-    let root = crate::store::checkpoints::root_of(
-        &super::placement::rank0_dir(&shared.db, &id),
-        &parent_recipe.checkpoint.dir,
-    );
-    let chosen = tokio::task::spawn_blocking(move || crate::store::checkpoints::choose(&root, step)).await?.map_err(
-        |e| match e {
-            ChooseError::NoCheckpoints { dir } => {
-                anyhow::anyhow!(
-                    "run {id}: {}",
-                    crate::store::checkpoints::why_none(parent.step, parent_recipe.checkpoint.every, &dir)
-                )
-            }
-            e => anyhow::anyhow!("run {id}: {e}"),
-        },
-    )?;
+    let (chosen, carry) = if over_ssh(&parent_recipe) {
+        let (carry, path) = carry_over_ssh(shared, &parent, &parent_recipe, &child, step, &env).await?;
+        let chosen = crate::store::checkpoints::Chosen {
+            step: carry.step,
+            path: path.into(),
+            manifest: carry.manifest.clone(),
+            skipped: carry.skipped.clone(),
+        };
+        (chosen, Some(carry))
+    } else {
+        (choose_here(shared, &parent, &parent_recipe, step).await?, None)
+    };
     check_resume(&parent_recipe, &child, chosen.step, chosen.manifest.world_size)
         .map_err(|m| anyhow::anyhow!("run {id}: {m}"))?;
     // A restart after a non-finite loss passes over the data of the steps from the checkpoint
@@ -91,9 +89,61 @@ pub async fn resume(
         env,
         // A sweep point's lineage stays that point: the queue follows its newest run.
         sweep: parent.sweep.clone(),
+        carry,
     };
     let run = launch(shared, req, progress).await?;
     Ok(crate::protocol::Reply::Resumed { run, parent: id, step: chosen.step, path: from.path, skipped: chosen.skipped })
+}
+
+/// The checkpoint a local or Slurm run's resume restores: `choose` in rank 0's directory.
+async fn choose_here(
+    shared: &super::Shared,
+    parent: &RunRecord,
+    parent_recipe: &Recipe,
+    step: Option<u64>,
+) -> anyhow::Result<crate::store::checkpoints::Chosen> {
+    let id = parent.id.clone();
+    let root = crate::store::checkpoints::root_of(
+        &super::placement::rank0_dir(&shared.db, &id),
+        &parent_recipe.checkpoint.dir,
+    );
+    let (reached, every) = (parent.step, parent_recipe.checkpoint.every);
+    tokio::task::spawn_blocking(move || crate::store::checkpoints::choose(&root, step)).await?.map_err(|e| match e {
+        ChooseError::NoCheckpoints { dir } => {
+            anyhow::anyhow!("run {id}: {}", crate::store::checkpoints::why_none(reached, every, &dir))
+        }
+        e => anyhow::anyhow!("run {id}: {e}"),
+    })
+}
+
+/// An SSH run's resume: every node of the parent says which checkpoint it holds (verified on
+/// the node), and each node of the child gets one to read, in place or carried from another
+/// node (`ssh::carry`). Returns the plan and the lineage's name for the checkpoint.
+async fn carry_over_ssh(
+    shared: &super::Shared,
+    parent: &RunRecord,
+    parent_recipe: &Recipe,
+    child: &Recipe,
+    step: Option<u64>,
+    env: &ClientEnv,
+) -> anyhow::Result<(crate::ssh::carry::Carry, String)> {
+    let id = parent.id.clone();
+    let nodes = super::placement::ssh_nodes(&shared.db, &id)?.ok_or_else(|| {
+        anyhow::anyhow!("run {id} ran over SSH but its nodes.json is gone: where its checkpoints are is not known")
+    })?;
+    let (dir, child, env) = (parent_recipe.checkpoint.dir.clone(), child.clone(), env.clone());
+    let (reached, every) = (parent.step, parent_recipe.checkpoint.every);
+    tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+        let hosts = crate::ssh::launch::targets(&child, &env).map_err(|e| anyhow::anyhow!("run {id}: {e}"))?;
+        let holdings = crate::ssh::carry::survey(&nodes, &dir, step);
+        let carry = crate::ssh::carry::assign(&hosts, &holdings, step).map_err(|why| {
+            let none = crate::store::checkpoints::why_none(reached, every, &format!("{dir} on its nodes"));
+            anyhow::anyhow!("run {id}: {why} ({none})")
+        })?;
+        let path = carry.describe(&hosts);
+        Ok((carry, path))
+    })
+    .await?
 }
 
 /// How `child`'s model differs from the checkpoint's (`parent`'s), key by key; None when equal.

@@ -22,6 +22,10 @@ pub struct Tracker {
     stack_dumps: Vec<(u64, Vec<RankStacks>)>,
     /// The incident reports the link has written, by path, in order.
     pub incident_reports: Vec<String>,
+    /// The checkpoints saved while this server followed the run, by step: each node's copy
+    /// merges into its step's record.
+    checkpoints: BTreeMap<u64, crate::store::CheckpointRecord>,
+    checkpoints_pruned: std::collections::BTreeSet<u64>,
 }
 
 impl Tracker {
@@ -36,6 +40,8 @@ impl Tracker {
             new_hangs: Vec::new(),
             stack_dumps: Vec::new(),
             incident_reports: Vec::new(),
+            checkpoints: BTreeMap::new(),
+            checkpoints_pruned: Default::default(),
             state: RunState::new(record, known_ranks),
             log_lines: BTreeMap::new(),
         }
@@ -184,10 +190,17 @@ impl Tracker {
     }
 
     /// Indexes a committed checkpoint (and forgets the ones pruned to make room), with what the
-    /// save cost as series points at its step.
+    /// save cost as series points at its step. Rank 0's save is the record; another node's copy
+    /// of the same step adds its node to the record's `nodes`.
     fn checkpoint_saved(&mut self, rank: u32, c: &crate::protocol::CheckpointSaved, batch: &mut Batch) {
         let run = self.run();
-        batch.checkpoints.push(crate::store::CheckpointRecord {
+        let node = self.state.ranks.get(rank as usize).map(|r| r.host.clone()).unwrap_or_default();
+        let primary = rank == 0;
+        if !primary && self.checkpoints_pruned.contains(&c.step.0) {
+            // A copy reported after rank 0 pruned its step: that step is gone from every node.
+            return;
+        }
+        let rec = self.checkpoints.entry(c.step.0).or_insert_with(|| crate::store::CheckpointRecord {
             run: run.clone(),
             step: c.step.0,
             path: c.path.clone(),
@@ -201,8 +214,26 @@ impl Tracker {
             checked: "sha256".into(),
             checked_ms: c.saved_ms,
             problem: None,
+            nodes: Vec::new(),
         });
-        batch.checkpoints_removed.extend(c.pruned.iter().map(|s| (run.clone(), *s)));
+        if primary {
+            (rec.path, rec.saved_ms, rec.blocking_ms, rec.write_ms) =
+                (c.path.clone(), c.saved_ms, c.blocking_ms, c.write_ms);
+            if !rec.nodes.contains(&node) {
+                rec.nodes.insert(0, node);
+            }
+        } else if !rec.nodes.contains(&node) {
+            rec.nodes.push(node);
+        }
+        batch.checkpoints.push(rec.clone());
+        if primary {
+            // Every writer prunes its own copies alike; rank 0's word removes the records.
+            for s in &c.pruned {
+                self.checkpoints.remove(s);
+                self.checkpoints_pruned.insert(*s);
+            }
+            batch.checkpoints_removed.extend(c.pruned.iter().map(|s| (run.clone(), *s)));
+        }
         for (name, value) in [
             ("ckpt_bytes", c.bytes as f64),
             ("ckpt_write_gbps", c.write_gbps),

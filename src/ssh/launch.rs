@@ -75,6 +75,8 @@ pub struct Plan<'a> {
     pub limits: Limits,
     /// One per run, in every node's spec (`collective::auth`).
     pub secret: crate::collective::auth::RunSecret,
+    /// A resume: the checkpoint each node restores, and where its copy comes from.
+    pub carry: Option<super::carry::Carry>,
 }
 
 impl Plan<'_> {
@@ -85,31 +87,24 @@ impl Plan<'_> {
         recipe_json: &'a str,
         ctx: &ClientEnv,
     ) -> Result<Plan<'a>, SshError> {
-        let rpn = recipe.cluster.ranks_per_node;
-        let used = recipe.world_size().div_ceil(rpn) as usize;
-        let mut targets = Vec::new();
-        for spec in recipe.cluster.hosts.iter().take(used) {
-            if spec == "local" {
-                return Err(SshError::Command {
-                    host: "local".into(),
-                    what: "planning".into(),
-                    detail: "\"local\" cannot be mixed with SSH hosts in cluster.hosts; name this machine by its \
-                             address (e.g. \"127.0.0.1\") to include it"
-                        .into(),
-                });
-            }
-            let explicit = recipe.cluster.ssh.ssh_config.as_deref().map(std::path::Path::new);
-            targets.push(config::resolve(spec, explicit, ctx)?);
-        }
+        let targets = targets(recipe, ctx)?;
         let secret = crate::collective::auth::RunSecret::generate().map_err(|e| SshError::Command {
             host: "local".into(),
             what: "drawing the run's secret".into(),
             detail: e.to_string(),
         })?;
-        Ok(Plan { run, recipe, recipe_json, targets, limits: Limits::from_recipe(&recipe.cluster), secret })
+        Ok(Plan {
+            run,
+            recipe,
+            recipe_json,
+            targets,
+            limits: Limits::from_recipe(&recipe.cluster),
+            secret,
+            carry: None,
+        })
     }
 
-    fn spec(&self, k: usize, exe: &str, ports: Ports) -> AgentSpec {
+    fn spec(&self, k: usize, exe: &str, ports: Ports, resume_from: Option<String>) -> AgentSpec {
         let world = self.recipe.world_size();
         AgentSpec {
             run: self.run.clone(),
@@ -126,14 +121,36 @@ impl Plan<'_> {
             exe: exe.into(),
             stop_grace_ms: STOP_GRACE_MS,
             save_grace_ms: SAVE_GRACE_MS,
-            // Multi-node runs start fresh: `resume` of an SSH run is refused (docs/checkpoints.md).
-            resume_from: None,
+            // Each node restores its own copy of a resume's checkpoint (`prepare` put it there).
+            resume_from: resume_from.map(Into::into),
             // Refused at launch for SSH runs (`server::init`).
             init_from: None,
             secret: self.secret.clone(),
             listen_tcp: None,
         }
     }
+}
+
+/// The SSH targets of the hosts that get ranks (rank r on host r / ranks_per_node), resolved
+/// through the asking client's SSH config.
+pub fn targets(recipe: &Recipe, ctx: &ClientEnv) -> Result<Vec<Target>, SshError> {
+    let rpn = recipe.cluster.ranks_per_node;
+    let used = recipe.world_size().div_ceil(rpn) as usize;
+    let mut targets = Vec::new();
+    for spec in recipe.cluster.hosts.iter().take(used) {
+        if spec == "local" {
+            return Err(SshError::Command {
+                host: "local".into(),
+                what: "planning".into(),
+                detail: "\"local\" cannot be mixed with SSH hosts in cluster.hosts; name this machine by its \
+                         address (e.g. \"127.0.0.1\") to include it"
+                    .into(),
+            });
+        }
+        let explicit = recipe.cluster.ssh.ssh_config.as_deref().map(std::path::Path::new);
+        targets.push(config::resolve(spec, explicit, ctx)?);
+    }
+    Ok(targets)
 }
 
 /// Launches the plan; Ok holds every node's agent, in host order.
@@ -244,19 +261,20 @@ fn node_thread(
         }
     };
     let _ = report.send((k, Report::Prepared));
-    let (layout, dir) = run_dir;
+    let (layout, dir, resume_from) = run_dir;
     let ports = match go.recv() {
         Ok(Go::Start(ports)) => ports,
         Ok(Go::Abort) | Err(_) => return remove(&node, &dir, None).map(|_| None),
     };
-    let (pid, started) = match start(plan, k, &node, &layout, &dir, ports) {
+    let (pid, started) = match start(plan, k, &node, &layout, &dir, ports, resume_from) {
         Ok(x) => x,
         Err(e) => {
             fail(e);
             return remove(&node, &dir, None).map(|_| None);
         }
     };
-    say(&format!("agent started (pid {pid}, ranks on this node: {})", plan.spec(k, "", Ports::default()).ranks.len()));
+    let ranks = AgentSpec::node_ranks(k as u32, plan.recipe.cluster.ranks_per_node, plan.recipe.world_size());
+    say(&format!("agent started (pid {pid}, ranks on this node: {})", ranks.len()));
     let _ = report.send((k, Report::Started(started)));
     match fin.recv() {
         Ok(true) => Ok(Some(RemoteAgent {
@@ -274,9 +292,11 @@ fn node_thread(
     }
 }
 
-type Prepared = (Layout, String);
+/// The node's layout, its run directory, and the checkpoint its ranks restore (a resume).
+type Prepared = (Layout, String, Option<String>);
 
-/// Probe, deploy, and upload the recipe; on failure, the run directory to remove if one exists.
+/// Probe, deploy, upload the recipe, and for a resume make the checkpoint readable on the node;
+/// on failure, the run directory to remove if one exists.
 fn prepare(plan: &Plan, k: usize, node: &Node, say: &dyn Fn(&str)) -> Result<Prepared, (SshError, Option<String>)> {
     let c = &plan.recipe.cluster;
     let layout = deploy::probe(node, &c.ssh.remote_dir, c.ssh.libtorch.as_deref()).map_err(|e| (e, None))?;
@@ -291,7 +311,31 @@ fn prepare(plan: &Plan, k: usize, node: &Node, say: &dyn Fn(&str)) -> Result<Pre
     let q = |v: &str| quote("the node's run directory", v).map_err(|e| (SshError::from(e), None));
     let cmd = format!("mkdir -p -- {} && cat > {}", q(&format!("{dir}/logs"))?, q(&format!("{dir}/recipe.json"))?);
     node.check("writing the recipe", &cmd, Some(plan.recipe_json.as_bytes())).map_err(|e| (e, Some(dir.clone())))?;
-    Ok((layout, dir))
+    let resume_from = match plan.carry.as_ref().and_then(|c| c.sources.get(k).map(|s| (c, s))) {
+        None => None,
+        Some((_, super::carry::Source::InPlace { path })) => {
+            say(&format!(
+                "resumes from checkpoint step {} on this node ({path})",
+                plan.carry.as_ref().map_or(0, |c| c.step)
+            ));
+            Some(path.clone())
+        }
+        Some((carry, super::carry::Source::Copy { from, limits, dir: src })) => {
+            let dest = format!("{dir}/resume/{}", crate::store::checkpoints::disk::step_dir_name(carry.step));
+            let fail = |e: SshError| (e, Some(dir.clone()));
+            say(&format!("copying checkpoint step {} from {}", carry.step, from.spec));
+            let source = session::connect(from, limits).map_err(fail)?;
+            let bytes = super::carry::copy(&source, src, node, &dest, &carry.manifest).map_err(fail)?;
+            say(&format!(
+                "checkpoint step {} copied from {} ({:.1} MB, sha256 verified in transit) to {dest}",
+                carry.step,
+                from.spec,
+                bytes as f64 / 1e6
+            ));
+            Some(dest)
+        }
+    };
+    Ok((layout, dir, resume_from))
 }
 
 /// Writes the node's spec and starts its agent detached; returns the agent's pid and ports (the
@@ -303,12 +347,10 @@ fn start(
     layout: &Layout,
     dir: &str,
     ports: Ports,
+    resume_from: Option<String>,
 ) -> Result<(u32, Ports), SshError> {
-    let spec = serde_json::to_vec_pretty(&plan.spec(k, &layout.exe, ports)).map_err(|e| SshError::Command {
-        host: node.host(),
-        what: "writing the spec".into(),
-        detail: e.to_string(),
-    })?;
+    let spec = serde_json::to_vec_pretty(&plan.spec(k, &layout.exe, ports, resume_from))
+        .map_err(|e| SshError::Command { host: node.host(), what: "writing the spec".into(), detail: e.to_string() })?;
     let spec_path = quote("the spec path", &format!("{dir}/spec.json"))?;
     let cmd = format!(
         "cat > {spec_path} && {}",

@@ -3,9 +3,11 @@
 //! `config` resolves host specs through an OpenSSH config file, `trust` checks host keys against
 //! known_hosts, `session` connects, authenticates and runs quoted commands, `deploy` installs this
 //! binary on a node, `launch` starts a run's agents on every node at once (all or nothing), and
-//! `bridge` carries one agent link over an exec channel. Nothing outside this module touches
+//! `bridge` carries one agent link over an exec channel, and `carry` brings a checkpoint to the
+//! nodes of a resumed run. Nothing outside this module touches
 //! ssh2. Every value that reaches a remote shell goes through `quote`.
 pub mod bridge;
+pub mod carry;
 pub mod config;
 pub mod deploy;
 pub mod fanout;

@@ -146,6 +146,15 @@ impl Node {
         Ok(Output { status, stdout, stderr })
     }
 
+    /// Starts a command line (already quoted, under umask 077 like `run`) and hands back its
+    /// channel, for a stream the caller reads or writes itself; `finish` it afterwards.
+    pub fn exec(&self, what: &str, command: &str) -> Result<ssh2::Channel, SshError> {
+        let (host, t) = (self.host(), self.limits.command);
+        let mut ch = self.sess.channel_session().map_err(|e| SshError::ssh(&host, what, e, t))?;
+        ch.exec(&format!("umask 077; {command}")).map_err(|e| SshError::ssh(&host, what, e, t))?;
+        Ok(ch)
+    }
+
     /// Like `run`, but a non-zero exit is an error quoting the command's stderr.
     pub fn check(&self, what: &str, command: &str, stdin: Option<&[u8]>) -> Result<String, SshError> {
         let out = self.run(what, command, stdin)?;
@@ -155,4 +164,20 @@ impl Node {
         }
         Ok(out.stdout)
     }
+}
+
+/// Waits for an `exec` channel's command to end (its stdout read or its stdin closed by the
+/// caller); a non-zero exit is an error quoting its stderr.
+pub fn finish(mut ch: ssh2::Channel, host: &str, what: &str, t: std::time::Duration) -> Result<(), SshError> {
+    let mut rest = Vec::new();
+    ch.read_to_end(&mut rest).map_err(|e| SshError::io(host, what, e, t))?;
+    let mut stderr = String::new();
+    ch.stderr().read_to_string(&mut stderr).map_err(|e| SshError::io(host, what, e, t))?;
+    ch.wait_close().map_err(|e| SshError::ssh(host, what, e, t))?;
+    let status = ch.exit_status().map_err(|e| SshError::ssh(host, what, e, t))?;
+    if status != 0 {
+        let stderr = stderr.trim().lines().rev().take(5).collect::<Vec<_>>().join(" | ");
+        return Err(SshError::Failed { host: host.into(), what: what.into(), status, stderr });
+    }
+    Ok(())
 }

@@ -108,6 +108,7 @@ pub fn inspect(run: &RunId, root: &Path, known: Vec<CheckpointRecord>, depth: De
             checked: String::new(),
             checked_ms: 0,
             problem: None,
+            nodes: Vec::new(),
         });
         if let Ok(m) = &result {
             rec.bytes = m.bytes();
@@ -164,8 +165,9 @@ pub fn why_none(stopped_at: u64, every: u64, dir: &str) -> String {
     }
 }
 
-/// The checkpoint a resume will load: verified to the last byte.
-#[derive(Clone, Debug)]
+/// The checkpoint a resume will load: verified to the last byte. Serialized by `agent
+/// checkpoint`, which chooses on an SSH node for the server.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Chosen {
     pub step: u64,
     pub path: PathBuf,

@@ -1,5 +1,5 @@
 //! Checkpoints from the worker's side: agree on graceful stops, snapshot on the training thread,
-//! write on rank 0's background thread, and restore everything a step depends on for a resume.
+//! write on a background thread of rank 0 (and of each other node's first rank), and restore everything a step depends on for a resume.
 //!
 //! The format on disk (and its verification) lives in `store::checkpoints::disk`.
 pub mod stop;
@@ -43,12 +43,18 @@ pub struct Plan {
     pub run: String,
     /// The recipe file's exact bytes, saved as `recipe.json` with its sha256.
     pub recipe_json: Vec<u8>,
+    /// Whether this rank writes the checkpoint: rank 0 always, and on a run over several nodes
+    /// the first rank of every other node too, each into its own node's run directory, so that
+    /// every node can resume from its own disk (the weights are the same on every rank).
+    pub writes: bool,
+    /// This node's name, in each manifest it writes.
+    pub node: String,
 }
 
 impl Plan {
     /// From the agent's environment: FLIGHTDECK_RUN_DIR (else the working directory) and
-    /// FLIGHTDECK_RUN.
-    pub fn from_env(recipe: &Recipe, recipe_json: Vec<u8>) -> Plan {
+    /// FLIGHTDECK_RUN; `env` says which rank this is and where.
+    pub fn from_env(recipe: &Recipe, recipe_json: Vec<u8>, env: &super::env::WorkerEnv) -> Plan {
         let run_dir = std::env::var_os("FLIGHTDECK_RUN_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
         Plan {
             root: crate::store::checkpoints::root_of(&run_dir, &recipe.checkpoint.dir),
@@ -56,8 +62,17 @@ impl Plan {
             keep: recipe.checkpoint.keep,
             run: std::env::var("FLIGHTDECK_RUN").unwrap_or_default(),
             recipe_json,
+            writes: writes_copy(env.rank, env.local_rank, &recipe.checkpoint.dir),
+            node: env.node.clone(),
         }
     }
+}
+
+/// Rank 0 writes every checkpoint; the first rank of each other node writes a copy into its
+/// node's run directory. An absolute `checkpoint.dir` is one place every node names alike
+/// (shared storage, as a rule), so only rank 0 writes there.
+pub fn writes_copy(rank: u32, local_rank: u32, checkpoint_dir: &str) -> bool {
+    rank == 0 || (local_rank == 0 && !Path::new(checkpoint_dir).is_absolute())
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,7 +82,7 @@ pub enum Flow {
     Stop,
 }
 
-/// Per run: decides when to save, takes the snapshots, owns rank 0's writer.
+/// Per run: decides when to save, takes the snapshots, owns the writer of a rank that writes.
 pub struct Checkpointer<'a> {
     plan: Option<Plan>,
     writer: Option<Writer>,
@@ -85,11 +100,10 @@ impl<'a> Checkpointer<'a> {
         plan: Option<Plan>,
         stop: &'a AtomicBool,
         recipe: &Recipe,
-        rank: u32,
         tele: &TelemetryTx,
     ) -> Result<Checkpointer<'a>, CkptError> {
-        let writer = match (&plan, rank) {
-            (Some(p), 0) => Some(
+        let writer = match &plan {
+            Some(p) if p.writes => Some(
                 Writer::start(p.root.clone(), p.keep, tele.clone())
                     .map_err(|e| CkptError::Save { step: 0, reason: format!("cannot start the writer thread: {e}") })?,
             ),
@@ -187,6 +201,7 @@ impl<'a> Checkpointer<'a> {
             world_size: world,
             loss: losses.iter().sum::<f64>() / losses.len().max(1) as f64,
             saved_ms: unix_ms(),
+            node: plan.node.clone(),
         };
         let blocking_ms = t0.elapsed().as_secs_f64() * 1e3;
         let job = Job { info, model: model_buf, optim: optim_buf, small, blocking_ms };

@@ -69,7 +69,7 @@ pub fn main_from_env() -> anyhow::Result<()> {
     let recipe_json = std::fs::read(&env.recipe_path)
         .with_context(|| format!("FLIGHTDECK_RECIPE {}: cannot read the recipe", env.recipe_path.display()))?;
     let session = train::Session {
-        plan: Some(checkpoint::Plan::from_env(&recipe, recipe_json)),
+        plan: Some(checkpoint::Plan::from_env(&recipe, recipe_json, &env)),
         resume_from: std::env::var_os("FLIGHTDECK_RESUME_FROM").filter(|v| !v.is_empty()).map(Into::into),
         init_from: std::env::var_os("FLIGHTDECK_INIT_FROM").filter(|v| !v.is_empty()).map(Into::into),
         stop: checkpoint::stop::flag(),
@@ -163,6 +163,7 @@ pub(crate) mod testing {
             checkpoint: Checkpoint { every: 0, keep: 1, dir: "ckpt".into() },
             cluster: Cluster {
                 hosts: vec!["local".into()],
+                spare_hosts: Vec::new(),
                 ranks_per_node: world,
                 device: Device::Cpu,
                 ssh: Default::default(),

@@ -193,7 +193,7 @@ pub fn train_session(
             );
         }
     }
-    let mut ckpt = Checkpointer::new(session.plan, session.stop, recipe, rank, tele)?;
+    let mut ckpt = Checkpointer::new(session.plan, session.stop, recipe, tele)?;
     let mut stopped = false;
     // A step whose averaged gradients were not finite, under `recovery.on_nan` stop or restart.
     let mut non_finite = None;

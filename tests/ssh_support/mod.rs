@@ -27,6 +27,9 @@ pub struct Lab {
     pub hosts: Vec<LabHost>,
     bridge: String,
     veths: Vec<String>,
+    /// Each node's sessions get a home of their own (`home(i)`), so a relative
+    /// `cluster.remote_dir` puts each node's files apart, as on machines with their own disks.
+    homes: bool,
 }
 
 /// Runs a command; Err(its stderr) when it fails.
@@ -80,11 +83,26 @@ impl Lab {
     /// Like `new`, with every sshd (and so every session and command on the nodes) started
     /// under `umask`, as a node whose default is loose would be.
     pub fn with_umask(n: usize, umask: Option<u32>) -> Lab {
+        Lab::build(n, umask, false)
+    }
+
+    /// Like `new`, with a home directory per node (`home(i)`): what a relative
+    /// `cluster.remote_dir` is under on each node, so no node sees another's run directories.
+    pub fn with_homes(n: usize) -> Lab {
+        Lab::build(n, None, true)
+    }
+
+    /// Node i's home when the lab has homes of their own.
+    pub fn home(&self, i: usize) -> PathBuf {
+        self.path().join(format!("home{i}"))
+    }
+
+    fn build(n: usize, umask: Option<u32>, homes: bool) -> Lab {
         // Unique among the labs of this process (a test binary has fewer than 16 labs).
         let id = (std::process::id() % 1000) * 16 + LABS.fetch_add(1, Ordering::SeqCst) % 16;
         let subnet = id % 250 + 1;
         let dir = tempfile::Builder::new().prefix("fds").tempdir_in("/tmp").expect("tempdir");
-        let mut lab = Lab { dir, hosts: Vec::new(), bridge: format!("fdbr{id}"), veths: Vec::new() };
+        let mut lab = Lab { dir, hosts: Vec::new(), bridge: format!("fdbr{id}"), veths: Vec::new(), homes };
         // Leftovers of a crashed run with the same id would make the setup fail.
         let _ = sh(&["ip", "link", "del", &lab.bridge]);
         sh(&["ip", "link", "add", &lab.bridge, "type", "bridge"]).expect("bridge");
@@ -146,6 +164,12 @@ impl Lab {
             pid = self.path().join(format!("sshd{i}.pid")).display(),
             ak = self.path().join("authorized_keys").display(),
         );
+        let text = if self.homes {
+            std::fs::create_dir_all(self.home(i)).unwrap();
+            format!("{text}SetEnv HOME={}\n", self.home(i).display())
+        } else {
+            text
+        };
         std::fs::write(&config, text).unwrap();
         // Each node gets its own core where there are enough (what it would have on a real
         // cluster): ranks size their thread pools by the cores they may use, and nodes that all
@@ -256,13 +280,18 @@ impl Lab {
     /// Installs the binary on the nodes as a launch would (a hard link, with its checksum
     /// marker), so that tests other than the one about deploying skip the 100 MB upload.
     pub fn preinstall(&self) {
+        self.preinstall_at(&self.remote_dir());
+    }
+
+    /// `preinstall` into the remote directory `root` (each node's, in a lab with homes).
+    pub fn preinstall_at(&self, root: &Path) {
         static HASH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
         let bin = crate::common::bin();
         let hash = HASH.get_or_init(|| {
             let out = sh(&["sha256sum", bin.to_str().unwrap()]).expect("sha256sum");
             out.split_whitespace().next().unwrap().to_string()
         });
-        let dir = self.remote_dir().join("bin").join(format!("{}-{}", env!("CARGO_PKG_VERSION"), &hash[..16]));
+        let dir = root.join("bin").join(format!("{}-{}", env!("CARGO_PKG_VERSION"), &hash[..16]));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::hard_link(&bin, dir.join("flightdeck"))
             .or_else(|_| std::fs::copy(&bin, dir.join("flightdeck")).map(|_| ()))

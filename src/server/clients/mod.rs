@@ -62,7 +62,8 @@ async fn answer_with(shared: &Shared, req: Request, progress: Progress) -> anyho
             let recipe: crate::recipe::Recipe =
                 serde_json::from_str(&recipe_json).context("the client sent a recipe this server cannot read")?;
             let init = super::init::resolve(shared, &recipe).await?;
-            let req = LaunchRequest { recipe_json, recipe_path, name, lineage: None, init, env, sweep: None };
+            let req =
+                LaunchRequest { recipe_json, recipe_path, name, lineage: None, init, env, sweep: None, carry: None };
             Reply::Launched { run: super::launch::launch(shared, req, progress).await? }
         }
         Request::ListRuns => Reply::Runs { runs: tokio::task::spawn_blocking(move || store.list_runs()).await?? },

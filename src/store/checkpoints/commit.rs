@@ -14,6 +14,8 @@ pub struct CommitInfo {
     pub world_size: u32,
     pub loss: f64,
     pub saved_ms: u64,
+    /// The node whose disk this copy is on (`FLIGHTDECK_NODE`).
+    pub node: String,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -117,6 +119,7 @@ fn write_step(dir: &Path, info: &CommitInfo, files: &[(&str, &[u8])]) -> Result<
         world_size: info.world_size,
         saved_ms: info.saved_ms,
         loss: info.loss,
+        node: info.node.clone(),
         files: entries,
     };
     let json = serde_json::to_vec_pretty(&manifest).unwrap_or_default();

@@ -45,6 +45,10 @@ pub struct Manifest {
     pub saved_ms: u64,
     /// Mean over ranks of the loss of step `step`.
     pub loss: f64,
+    /// The node this copy was written on (every node of a multi-node run keeps one; empty in
+    /// checkpoints written before copies were kept per node).
+    #[serde(default)]
+    pub node: String,
     pub files: Vec<FileEntry>,
 }
 

@@ -23,7 +23,8 @@ fn put(root: &Path, info: &CommitInfo, files: &[(String, Vec<u8>)]) -> Result<Ma
 }
 
 fn save(root: &Path, step: u64) -> Manifest {
-    let info = CommitInfo { run: "r".into(), step, world_size: 2, loss: step as f64, saved_ms: 1 };
+    let info =
+        CommitInfo { run: "r".into(), step, world_size: 2, loss: step as f64, saved_ms: 1, node: "local".into() };
     put(root, &info, &files(step, 2)).unwrap()
 }
 
@@ -43,7 +44,7 @@ fn a_committed_checkpoint_verifies_and_latest_names_it() {
     assert_eq!(latest(tmp.path()), Some(20));
     assert_eq!(read_verified(&dir(tmp.path(), 20), &m_of(tmp.path(), 20), MODEL).unwrap(), vec![20u8; 4096]);
     // The same step twice is refused rather than silently replaced.
-    let info = CommitInfo { run: "r".into(), step: 20, world_size: 2, loss: 0.0, saved_ms: 1 };
+    let info = CommitInfo { run: "r".into(), step: 20, world_size: 2, loss: 0.0, saved_ms: 1, node: "local".into() };
     let err = put(tmp.path(), &info, &files(20, 2)).unwrap_err().to_string();
     assert!(err.contains("already committed"), "{err}");
 }
@@ -90,7 +91,7 @@ fn each_corruption_is_detected_with_its_message() {
 fn a_manifest_must_list_every_rank_and_name_only_plain_files() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
-    let info = CommitInfo { run: "r".into(), step: 7, world_size: 3, loss: 0.0, saved_ms: 1 };
+    let info = CommitInfo { run: "r".into(), step: 7, world_size: 3, loss: 0.0, saved_ms: 1, node: "local".into() };
     put(root, &info, &files(7, 2)).unwrap();
     let err = verify(&dir(root, 7), 7, Depth::Sizes).unwrap_err().to_string();
     assert_eq!(err, "the manifest does not list rank-2.json");
@@ -175,6 +176,7 @@ fn inspect_merges_disk_and_store_and_marks_torn_and_gone_ones() {
         checked: "sha256".into(),
         checked_ms: 1,
         problem: None,
+        nodes: Vec::new(),
     };
     let recs = inspect(&run, root, vec![gone], Depth::Sha256);
     let v: Vec<(u64, bool)> = recs.iter().map(|r| (r.step, r.verified)).collect();
@@ -202,7 +204,7 @@ fn a_save_that_fails_midway_removes_what_it_wrote_and_latest_stays() {
     // optimizer files written before it must not stay behind.
     let mut broken = files(20, 2);
     broken.insert(2, ("no/such/dir/file".to_string(), b"x".to_vec()));
-    let info = CommitInfo { run: "r".into(), step: 20, world_size: 2, loss: 0.0, saved_ms: 1 };
+    let info = CommitInfo { run: "r".into(), step: 20, world_size: 2, loss: 0.0, saved_ms: 1, node: "local".into() };
     let err = put(tmp.path(), &info, &broken).unwrap_err().to_string();
     assert!(err.contains("no/such/dir/file") && err.contains("was removed"), "{err}");
     assert!(!dir(tmp.path(), 20).exists(), "the partial step directory is gone");

@@ -13,6 +13,8 @@ fn plan(root: &Path, r: &Recipe) -> Plan {
         keep: r.checkpoint.keep,
         run: "test".into(),
         recipe_json: serde_json::to_vec(r).unwrap(),
+        writes: true,
+        node: "local".into(),
     }
 }
 
