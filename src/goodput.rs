@@ -30,15 +30,10 @@ pub struct AttemptTimes {
     pub redone_after: Option<u64>,
 }
 
-/// An attempt's hangs from its verdicts: (last progress, detection) of each verdict that is
-/// not a straggler (a slow rank is not a stall).
+/// An attempt's hangs from its verdicts: (last progress, detection) of each hang verdict (a slow
+/// rank or a failing checkpoint is not a stall).
 pub fn hangs<'a>(verdicts: impl IntoIterator<Item = &'a crate::record::VerdictRecord>) -> Vec<(u64, u64)> {
-    verdicts
-        .into_iter()
-        .map(|v| &v.verdict)
-        .filter(|v| v.kind != crate::record::VerdictKind::Straggler)
-        .map(|v| (v.since_ms, v.detected_ms))
-        .collect()
+    verdicts.into_iter().map(|v| &v.verdict).filter(|v| v.kind.is_hang()).map(|v| (v.since_ms, v.detected_ms)).collect()
 }
 
 /// The split of a finished lineage (None while its last attempt runs, or with nothing in it).

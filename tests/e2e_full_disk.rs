@@ -1,7 +1,9 @@
 //! A full disk: the database on a 12 MiB tmpfs (made and removed by the test; skipped with the
 //! reason where it cannot be mounted). A run whose checkpoints cannot all fit is warned at
 //! launch, saves that do not fit fail with a message naming the space and leave nothing
-//! partial, every step's points survive; a run whose single checkpoint cannot fit is refused.
+//! partial, two failures in a row are a `checkpoint-failing` verdict that stops the run rather
+//! than let it train on unprotected, and every step it trained is in the history; a run whose
+//! single checkpoint cannot fit is refused.
 mod common;
 
 use common::{csv_rows, recipe, Db};
@@ -39,7 +41,9 @@ fn saves_that_do_not_fit_fail_naming_the_space_leave_nothing_partial_and_lose_no
         Err(why) => return common::skipped(file!(), &why),
     };
     let r = recipe("tiny-gpt.toml");
-    let sets = ["train.steps=60", "checkpoint.every=10", "checkpoint.keep=3"];
+    // 200 steps: far more than the stop needs to land after the second failed save, so a run that
+    // reaches the end was never stopped.
+    let sets = ["train.steps=200", "checkpoint.every=10", "checkpoint.keep=3"];
     let mut args = vec!["run", r.to_str().unwrap(), "--headless", "--name", "full"];
     for s in &sets {
         args.extend(["--set", s]);
@@ -70,9 +74,23 @@ fn saves_that_do_not_fit_fail_naming_the_space_leave_nothing_partial_and_lose_no
             assert!(committed.contains(&step), "{name} is on disk but not a committed checkpoint ({committed:?})");
         }
     }
-    // Every step of both ranks reached the history.
+    // Two failed saves in a row: the verdict names them and the last good checkpoint, and the
+    // server stops the run instead of training on with nothing saved.
+    let verdict =
+        events.iter().find(|e| e.starts_with("checkpoint-failing: ")).unwrap_or_else(|| panic!("{events:#?}"));
+    let newest = committed.iter().max().copied().unwrap_or(0);
+    assert!(verdict.contains("2 saves in a row failed"), "{verdict}");
+    assert!(verdict.contains(&format!("the newest good checkpoint is step {newest}")), "{verdict}");
+    assert!(events.iter().any(|e| e == "checkpoints are failing: stopping the run at its next step boundary"));
+    let status = show["run"]["status"].as_str().unwrap_or_default().to_string();
+    assert!(status == "failed" || status == "stopped", "{status}: {}", show["run"]);
+    let reached = show["run"]["step"].as_u64().or_else(|| show["summary"]["steps_done"].as_u64()).unwrap_or(0);
     let loss = db.run(&["metrics", &run, "--key", "loss", "--format", "csv"]);
-    assert_eq!(csv_rows(&String::from_utf8_lossy(&loss.stdout)).len(), 120, "60 steps × 2 ranks");
+    let rows = csv_rows(&String::from_utf8_lossy(&loss.stdout));
+    let last = rows.iter().map(|(s, _, _)| *s).max().unwrap_or(0);
+    assert!(last > newest + 10 && last < 200, "stopped after the second failed save, long before the end: {last}");
+    // Every step both ranks trained reached the history.
+    assert_eq!(rows.len() as u64, last * 2, "steps 1..={last} × 2 ranks ({reached})");
     db.finish();
 }
 

@@ -92,6 +92,36 @@ pub fn node_lost(ranks: &BTreeMap<u32, RankState>, nodes: &[usize], why: &str, s
     verdict(VerdictKind::NodeLost, culprits, None, waiting, since_ms, now_ms, summary)
 }
 
+/// `rank`'s last saves all failed (`failed`: step, reason, when); the newest good one is
+/// `last_saved`. Every live rank is held up: the run is stopped rather than trained on unprotected.
+pub fn checkpoint_failing(
+    ranks: &BTreeMap<u32, RankState>,
+    rank: u32,
+    failed: &[(u64, String, u64)],
+    last_saved: Option<u64>,
+    now_ms: u64,
+) -> Verdict {
+    let empty = RankState::default();
+    let r = ranks.get(&rank).unwrap_or(&empty);
+    let steps: Vec<String> = failed.iter().map(|(s, _, _)| s.to_string()).collect();
+    let reason = failed.last().map(|(_, why, _)| why.as_str()).unwrap_or("");
+    let since = failed.first().map_or(now_ms, |(_, _, at)| *at);
+    let good = match last_saved {
+        Some(s) => format!("the newest good checkpoint is step {s}"),
+        None => "no checkpoint of this run has been saved".to_string(),
+    };
+    let c = culprit(rank, r, format!("{} saves in a row failed (steps {}): {reason}", failed.len(), steps.join(", ")));
+    let waiting: Vec<u32> = ranks.iter().filter(|(k, r)| **k != rank && r.live()).map(|(k, _)| *k).collect();
+    let summary = format!(
+        "checkpoints failing: {} saves in a row failed on {} (steps {}): {reason}; {good}; stopping the run \
+         rather than training on unprotected",
+        failed.len(),
+        who(std::slice::from_ref(&c)),
+        steps.join(", ")
+    );
+    verdict(VerdictKind::CheckpointFailing, vec![c], None, waiting, since, now_ms, summary)
+}
+
 /// `rank` exited abnormally at `since_ms` while its peers still needed it.
 /// `waiting` are the ranks that were live when it died (the agent may have stopped them since).
 pub fn dead(ranks: &BTreeMap<u32, RankState>, rank: u32, waiting: Vec<u32>, since_ms: u64, now_ms: u64) -> Verdict {

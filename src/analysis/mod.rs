@@ -45,6 +45,8 @@ impl Config {
 
 /// Ten missed heartbeats: a server that is itself slow for a few seconds must not kill a node.
 pub const HEARTBEAT_LOST_MS: u64 = 10_000;
+/// Saves failing this many times in a row on one writer make a `checkpoint-failing` verdict.
+pub const FAILED_SAVES: usize = 2;
 /// Three missed heartbeats: the node is silent, so the lack of progress says nothing about the
 /// ranks; the heartbeat rule decides instead of the hang rule.
 const SILENT_MS: u64 = 3_000;
@@ -122,6 +124,11 @@ pub struct Analyzer {
     /// A sequence number with disagreeing records, and when that was first seen.
     pending_mismatch: Option<(u64, u64)>,
     mismatch_given: bool,
+    /// Each writing rank's failed saves since its last good one: (step, reason, when).
+    failed_saves: BTreeMap<u32, Vec<(u64, String, u64)>>,
+    /// The newest checkpoint a rank committed.
+    last_saved: Option<u64>,
+    checkpoint_failing_given: bool,
     stragglers: straggler::Stragglers,
 }
 
@@ -154,6 +161,9 @@ impl Analyzer {
             dead_given: false,
             pending_mismatch: None,
             mismatch_given: false,
+            failed_saves: BTreeMap::new(),
+            last_saved: None,
+            checkpoint_failing_given: false,
             stragglers: straggler::Stragglers::default(),
         }
     }
@@ -334,8 +344,24 @@ impl Analyzer {
             // Someone else knocking on the rank's port says nothing about the rank's progress.
             RankMsg::Refused(_) => return Vec::new(),
             // A finished save is work done: it counts as progress below.
+            RankMsg::CheckpointSaved(c) => {
+                self.failed_saves.remove(&rank);
+                self.last_saved = self.last_saved.max(Some(c.step.0));
+            }
+            RankMsg::CheckpointFailed { step, reason } => {
+                let failed = self.failed_saves.entry(rank).or_default();
+                failed.push((step.0, reason.clone(), now_ms));
+                let in_a_row = failed.len();
+                self.progress(now_ms);
+                if in_a_row >= FAILED_SAVES && !self.checkpoint_failing_given && !self.ending {
+                    self.checkpoint_failing_given = true;
+                    let failed = self.failed_saves.get(&rank).cloned().unwrap_or_default();
+                    return vec![classify::checkpoint_failing(&self.ranks, rank, &failed, self.last_saved, now_ms)];
+                }
+                return Vec::new();
+            }
             // So is an eval's result.
-            RankMsg::CheckpointSaved(_) | RankMsg::CheckpointFailed { .. } | RankMsg::Metrics { .. } => {}
+            RankMsg::Metrics { .. } => {}
         }
         self.progress(now_ms);
         Vec::new()

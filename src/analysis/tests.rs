@@ -586,3 +586,50 @@ fn a_rank_whose_log_stops_while_its_peers_go_on_is_the_hang() {
     assert_eq!(v.culprits.iter().map(|c| c.rank).collect::<Vec<_>>(), vec![1], "{}", v.summary);
     assert!(v.summary.contains("stopped at step 5") && v.summary.contains("reached step 8"), "{}", v.summary);
 }
+
+fn saved(step: u64) -> RankMsg {
+    RankMsg::CheckpointSaved(crate::protocol::CheckpointSaved {
+        step: Step(step),
+        path: format!("/r/checkpoints/step-{step:08}"),
+        bytes: 1 << 20,
+        loss: 2.0,
+        saved_ms: T0,
+        blocking_ms: 1.0,
+        write_ms: 5.0,
+        write_gbps: 0.2,
+        pruned: Vec::new(),
+    })
+}
+
+fn failed(step: u64) -> RankMsg {
+    RankMsg::CheckpointFailed { step: Step(step), reason: format!("no space for checkpoint step {step}") }
+}
+
+#[test]
+fn two_failed_saves_in_a_row_are_a_checkpoint_failing_verdict_naming_the_steps_and_the_last_good_one() {
+    let mut s = sim(2);
+    s.steady(3);
+    s.msg(0, saved(10));
+    // One failure, then a good save: a passing hiccup, no verdict.
+    s.msg(0, failed(20));
+    s.msg(0, saved(30));
+    s.msg(0, failed(40));
+    s.steady(2);
+    assert!(s.kinds().is_empty(), "{:?}", s.given);
+    s.msg(0, failed(50));
+    assert_eq!(s.kinds(), vec![VerdictKind::CheckpointFailing]);
+    let v = &s.given[0];
+    assert!(!v.kind.is_hang(), "no incident report or stack dump for it");
+    assert_eq!((v.culprits[0].rank, v.waiting.clone()), (0, vec![1]));
+    for part in [
+        "2 saves in a row failed",
+        "steps 40, 50",
+        "no space for checkpoint step 50",
+        "newest good checkpoint is step 30",
+    ] {
+        assert!(v.summary.contains(part), "{part}: {}", v.summary);
+    }
+    // Given once: the stop it brings may fail its own save too.
+    s.msg(0, failed(51));
+    assert_eq!(s.kinds().len(), 1);
+}

@@ -453,8 +453,9 @@ impl Recovery {
             crate::record::Cause::NodeLost => self.node_lost,
             crate::record::Cause::Nan if self.on_nan == OnNan::Restart => self.nan,
             crate::record::Cause::Nan => 0,
-            // Not a failure: only the lineage's whole budget bounds it.
-            crate::record::Cause::TimeLimit => self.max_restarts,
+            // Not a failure of the program: only the lineage's whole budget bounds them (a disk
+            // that stays full is refused at the restart's launch, which ends the lineage).
+            crate::record::Cause::TimeLimit | crate::record::Cause::Checkpoint => self.max_restarts,
         }
     }
 }

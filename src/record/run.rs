@@ -108,6 +108,9 @@ pub enum Cause {
     /// The averaged gradients were not finite (`recovery.on_nan`): the ranks exited with
     /// `NON_FINITE_EXIT` without applying the step.
     Nan,
+    /// Checkpoint saves kept failing (a `checkpoint-failing` verdict): the server stopped the
+    /// run while its last good checkpoint was recent.
+    Checkpoint,
 }
 
 /// The exit code of a rank that stopped on a non-finite gradient norm (`recovery.on_nan`).
@@ -121,6 +124,7 @@ impl Cause {
             Cause::NodeLost => "node_lost",
             Cause::TimeLimit => "time_limit",
             Cause::Nan => "nan",
+            Cause::Checkpoint => "checkpoint",
         }
     }
 }

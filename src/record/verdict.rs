@@ -21,6 +21,9 @@ pub enum VerdictKind {
     Mismatch,
     /// A rank is consistently slower than the median, by the recipe's margin.
     Straggler,
+    /// Checkpoint saves keep failing (a full disk, a lost mount): training on would be
+    /// unprotected, so the run is stopped while its last good checkpoint is recent.
+    CheckpointFailing,
 }
 
 impl VerdictKind {
@@ -32,12 +35,14 @@ impl VerdictKind {
             VerdictKind::NodeLost => "node-lost",
             VerdictKind::Mismatch => "mismatch",
             VerdictKind::Straggler => "straggler",
+            VerdictKind::CheckpointFailing => "checkpoint-failing",
         }
     }
 
-    /// Hangs get an incident report and an automatic stack dump; stragglers do not.
+    /// Hangs get an incident report and an automatic stack dump; stragglers and failing
+    /// checkpoints do not (the ranks are not stuck).
     pub fn is_hang(self) -> bool {
-        !matches!(self, VerdictKind::Straggler)
+        !matches!(self, VerdictKind::Straggler | VerdictKind::CheckpointFailing)
     }
 }
 

@@ -106,7 +106,7 @@ pub async fn attach_nodes(
             shared,
             recovery,
             hang_kill_at: None,
-            killed_for_hang: false,
+            stopped_by: None,
             time_limited,
             taken_up: false,
             lag: super::lag::IngestLag::new(std::time::Instant::now()),
@@ -172,7 +172,8 @@ struct Link {
     recovery: Option<crate::recipe::Recovery>,
     /// A hung run recovery will kill: when, at the latest (sooner once its stacks are in).
     hang_kill_at: Option<tokio::time::Instant>,
-    killed_for_hang: bool,
+    /// The server stopped or killed the run itself, and why (a hang, failing checkpoints).
+    stopped_by: Option<crate::record::Cause>,
     /// Set by the Slurm watch when it stopped the run on the time-limit warning.
     time_limited: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// Whether the run's end was handed to recovery (once).
@@ -276,9 +277,12 @@ impl Link {
         }
         node.last_seq = f.seq;
         if let AgentEvent::RunEnded { outcome: RunOutcome::Stopped, reason } = &mut f.event {
-            // The stop the Slurm watch asked for is the time limit's, not a person's.
+            // The stop the Slurm watch asked for is the time limit's, not a person's; one the
+            // server asked for is the failing checkpoints'.
             if self.time_limited.load(Ordering::SeqCst) {
                 *reason = reason.replacen("stopped on request", "stopped for Slurm's time limit", 1);
+            } else if self.stopped_by == Some(crate::record::Cause::Checkpoint) {
+                *reason = reason.replacen("stopped on request", "stopped because checkpoint saves kept failing", 1);
             }
         }
         let ended = if let AgentEvent::RunEnded { outcome, reason } = &f.event {
@@ -411,8 +415,22 @@ impl Link {
         let record = self.tracker.state.record.clone();
         let time_limited = self.time_limited.load(Ordering::SeqCst);
         let ranks = &self.tracker.state.ranks;
-        if let Some(cause) = super::recovery::cause(&record, ranks, self.killed_for_hang, time_limited) {
+        if let Some(cause) = super::recovery::cause(&record, ranks, self.stopped_by, time_limited) {
             super::recovery::take_up(&self.shared, record, ranks.clone(), cause, recovery);
+        }
+    }
+
+    /// Checkpoints keep failing: stops the run at its next step boundary (the stop's own save may
+    /// get through; if not, the run ends failed), rather than let it train on unprotected.
+    fn stop_for_checkpoints(&mut self) {
+        if self.stopped_by.is_some() || !self.tracker.state.record.status.is_live() {
+            return;
+        }
+        self.stopped_by = Some(crate::record::Cause::Checkpoint);
+        self.note("checkpoints are failing: stopping the run at its next step boundary".into());
+        self.tracker.analyzer.ending();
+        for n in self.nodes.iter().filter(|n| !n.done()) {
+            let _ = n.handle.cmds.try_send(AgentCommand::Stop);
         }
     }
 
@@ -421,7 +439,7 @@ impl Link {
         if self.hang_kill_at.take().is_none() || !self.tracker.state.record.status.is_live() {
             return;
         }
-        self.killed_for_hang = true;
+        self.stopped_by = Some(crate::record::Cause::Hang);
         self.note("recovery: killing the hung run to restart it".into());
         self.tracker.analyzer.ending();
         for n in self.nodes.iter().filter(|n| !n.done()) {
@@ -448,6 +466,9 @@ impl Link {
     /// Acts on what the last batch brought: reports for new hangs (and a stack dump for them),
     /// and stack dumps for whoever asked.
     async fn after_batch(&mut self) -> anyhow::Result<()> {
+        if self.tracker.take_checkpoint_failing() {
+            self.stop_for_checkpoints();
+        }
         for (key, verdict) in self.tracker.take_new_hangs() {
             let live =
                 self.tracker.state.record.status.is_live() && self.tracker.analyzer.ranks().values().any(|r| r.live());

@@ -39,9 +39,13 @@ pub type Restarts = Arc<Mutex<HashMap<RunId, watch::Receiver<Outcome>>>>;
 /// Why `record` ended, as recovery counts it; None for an end nobody should undo (success, a
 /// stop or kill asked by a person). `time_limited`: the server stopped it on Slurm's warning.
 /// A rank that exited with `NON_FINITE_EXIT` makes a failure a `nan`.
-pub fn cause(record: &RunRecord, ranks: &[RankInfo], killed_for_hang: bool, time_limited: bool) -> Option<Cause> {
-    if killed_for_hang {
-        return Some(Cause::Hang);
+pub fn cause(record: &RunRecord, ranks: &[RankInfo], stopped_by: Option<Cause>, time_limited: bool) -> Option<Cause> {
+    // The server's own stop or kill: for a hang, or for checkpoints that kept failing (its
+    // graceful stop's save may fail too: the cause is still the checkpoints).
+    if let Some(cause) =
+        stopped_by.filter(|_| matches!(record.status, RunStatus::Stopped | RunStatus::Failed | RunStatus::Killed))
+    {
+        return Some(cause);
     }
     let non_finite = ranks.iter().any(|r| r.exit == Some(ExitStatus::Code(crate::record::NON_FINITE_EXIT)));
     match record.status {
@@ -111,7 +115,7 @@ pub fn blamed(ranks: &[RankInfo], cause: Cause) -> Vec<String> {
             failed.into_iter().filter(|r| first.is_none() || r.last_seen_ms == first).collect()
         }
         Cause::NodeLost => ranks.iter().filter(|r| r.exit.is_none()).collect(),
-        Cause::Hang | Cause::TimeLimit => Vec::new(),
+        Cause::Hang | Cause::TimeLimit | Cause::Checkpoint => Vec::new(),
     };
     let mut hosts: Vec<String> = failed.iter().map(|r| r.host.clone()).collect();
     hosts.sort();
@@ -345,7 +349,7 @@ mod tests {
             steps_planned: 10,
         };
         let mut r = RunRecord::starting(RunId::new_now(), meta, vec!["local".into()], vec![], None);
-        let of = |r: &RunRecord, hang| cause(r, &[], hang, false);
+        let of = |r: &RunRecord, by: Option<Cause>| cause(r, &[], by, false);
         for (status, want) in [
             (RunStatus::Failed, Some(Cause::Crash)),
             (RunStatus::Interrupted, Some(Cause::NodeLost)),
@@ -354,21 +358,28 @@ mod tests {
             (RunStatus::Killed, None),
         ] {
             r.status = status;
-            assert_eq!(of(&r, false), want, "{status:?}");
+            assert_eq!(of(&r, None), want, "{status:?}");
         }
         r.status = RunStatus::Killed;
-        assert_eq!(of(&r, true), Some(Cause::Hang), "killed by recovery for a hang");
+        assert_eq!(of(&r, Some(Cause::Hang)), Some(Cause::Hang), "killed by recovery for a hang");
+        // Stopped for failing checkpoints: its stop's own save may fail too, either way it is theirs.
+        for status in [RunStatus::Stopped, RunStatus::Failed] {
+            r.status = status;
+            assert_eq!(of(&r, Some(Cause::Checkpoint)), Some(Cause::Checkpoint), "{status:?}");
+        }
+        r.status = RunStatus::Succeeded;
+        assert_eq!(of(&r, Some(Cause::Checkpoint)), None, "a run that finished anyway needs no restart");
         r.status = RunStatus::Stopped;
-        assert_eq!(cause(&r, &[], false, true), Some(Cause::TimeLimit), "stopped on Slurm's time-limit warning");
+        assert_eq!(cause(&r, &[], None, true), Some(Cause::TimeLimit), "stopped on Slurm's time-limit warning");
         r.status = RunStatus::Killed;
-        assert_eq!(cause(&r, &[], false, true), None, "killed by a person after the warning");
+        assert_eq!(cause(&r, &[], None, true), None, "killed by a person after the warning");
         // A rank that stopped on a non-finite gradient norm makes the failure a nan.
         r.status = RunStatus::Failed;
         let mut rank = RankInfo::new(1);
         rank.exit = Some(ExitStatus::Code(crate::record::NON_FINITE_EXIT));
-        assert_eq!(cause(&r, &[rank.clone()], false, false), Some(Cause::Nan));
+        assert_eq!(cause(&r, &[rank.clone()], None, false), Some(Cause::Nan));
         rank.exit = Some(ExitStatus::Code(1));
-        assert_eq!(cause(&r, &[rank], false, false), Some(Cause::Crash));
+        assert_eq!(cause(&r, &[rank], None, false), Some(Cause::Crash));
     }
 
     fn rank(rank: u32, host: &str, exit: Option<ExitStatus>, at_ms: u64) -> RankInfo {

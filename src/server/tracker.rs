@@ -26,6 +26,8 @@ pub struct Tracker {
     /// merges into its step's record.
     checkpoints: BTreeMap<u64, crate::store::CheckpointRecord>,
     checkpoints_pruned: std::collections::BTreeSet<u64>,
+    /// A `checkpoint-failing` verdict the link has not acted on yet.
+    checkpoint_failing: bool,
 }
 
 impl Tracker {
@@ -42,6 +44,7 @@ impl Tracker {
             incident_reports: Vec::new(),
             checkpoints: BTreeMap::new(),
             checkpoints_pruned: Default::default(),
+            checkpoint_failing: false,
             state: RunState::new(record, known_ranks),
             log_lines: BTreeMap::new(),
         }
@@ -90,6 +93,9 @@ impl Tracker {
             self.event(batch, v.detected_ms, EventKind::Verdict, v.culprits.first().map(|c| c.rank), text);
             let record = VerdictRecord { verdict: v.clone(), report_path: None, report_md: None };
             batch.verdicts.push((self.run(), key, record));
+            if v.kind == crate::record::VerdictKind::CheckpointFailing {
+                self.checkpoint_failing = true;
+            }
             if v.kind.is_hang() {
                 self.new_hangs.push((key, v));
             }
@@ -122,6 +128,11 @@ impl Tracker {
     fn settle_hang(&mut self) {
         let hung = self.analyzer.active().iter().any(|v| v.kind.is_hang());
         self.state.settle_hang(hung);
+    }
+
+    /// Whether a `checkpoint-failing` verdict came since the link last looked.
+    pub fn take_checkpoint_failing(&mut self) -> bool {
+        std::mem::take(&mut self.checkpoint_failing)
     }
 
     pub fn take_new_hangs(&mut self) -> Vec<(VerdictKey, Verdict)> {
