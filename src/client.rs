@@ -89,14 +89,19 @@ fn start_server(db: &DbPaths) -> anyhow::Result<()> {
     cmd.arg("--db").arg(&db.root).arg("server");
     let stderr_log = db.root.join("server.stderr");
     let ready = crate::detach::spawn_until_ready(cmd, &stderr_log).context("starting the flightdeck server")?;
-    if !ready && !crate::detach::log_tail(&stderr_log, 1).contains("already owns") {
-        anyhow::bail!(
+    match ready {
+        crate::detach::Ready::Yes => Ok(()),
+        // What it said on its way out needs no disk: the log may be on a full one.
+        crate::detach::Ready::No(Some(why)) => {
+            anyhow::bail!("the server for {} did not start: {why}", db.root.display())
+        }
+        crate::detach::Ready::No(None) if crate::detach::log_tail(&stderr_log, 1).contains("already owns") => Ok(()),
+        crate::detach::Ready::No(None) => anyhow::bail!(
             "the server for {} did not start: {}",
             db.root.display(),
             crate::detach::log_tail(&stderr_log, 1)
-        );
+        ),
     }
-    Ok(())
 }
 
 /// Why a connection attempt gave no client.

@@ -5,9 +5,9 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 
 /// Spawns `cmd` detached (new session, stdin closed, stderr to `stderr_log`) and returns whether
-/// its first stdout line was `ready`. The child is reaped by a thread, so it never lingers as a
+/// its first stdout line was `ready` (or the `error: WHY` it said instead). The child is reaped by a thread, so it never lingers as a
 /// zombie while the caller lives; it outlives the caller otherwise.
-pub fn spawn_until_ready(mut cmd: Command, stderr_log: &std::path::Path) -> std::io::Result<bool> {
+pub fn spawn_until_ready(mut cmd: Command, stderr_log: &std::path::Path) -> std::io::Result<Ready> {
     let log = std::fs::OpenOptions::new().create(true).append(true).open(stderr_log)?;
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(log);
     new_session(&mut cmd);
@@ -17,7 +17,18 @@ pub fn spawn_until_ready(mut cmd: Command, stderr_log: &std::path::Path) -> std:
         std::io::BufReader::new(out).read_line(&mut line)?;
     }
     std::thread::spawn(move || child.wait());
-    Ok(line.trim() == "ready")
+    Ok(match line.trim() {
+        "ready" => Ready::Yes,
+        said => Ready::No(said.strip_prefix("error: ").map(str::to_string)),
+    })
+}
+
+/// What a detached process said on its first line.
+#[derive(Debug, PartialEq)]
+pub enum Ready {
+    Yes,
+    /// It exited or said something else; `error: WHY` gives the why.
+    No(Option<String>),
 }
 
 /// Makes `cmd` start in its own session: it survives the caller, the terminal and an SSH

@@ -121,3 +121,85 @@ fn a_run_whose_one_checkpoint_cannot_fit_is_refused_at_launch_and_leaves_nothing
     assert_eq!(left, 0, "no run directory left");
     db.finish();
 }
+
+/// Runs `args` until `done` says yes about its output, trying again after each answer that is
+/// not it yet (each try is a whole command: the server's state is the event waited for).
+fn until(db: &Db, args: &[&str], done: impl Fn(&std::process::Output) -> bool) -> std::process::Output {
+    for _ in 0..600 {
+        let out = db.run(args);
+        if done(&out) {
+            return out;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    panic!("{args:?} never gave the expected answer");
+}
+
+#[test]
+fn a_database_that_fills_mid_run_tells_every_client_and_keeps_every_frame_until_there_is_room() {
+    let db = Db::new();
+    let _mount = match Mount::tmpfs(db.path(), "40m") {
+        Ok(m) => m,
+        Err(why) => return common::skipped(file!(), &why),
+    };
+    let r = recipe("tiny-gpt.toml");
+    // No checkpoints (the disk that fills is the database's), slowed so it trains on meanwhile.
+    let sets = ["train.steps=40", "checkpoint.every=0", "fault.kind=slow", "fault.rank=1", "fault.slow_pct=300"];
+    let mut args = vec!["run", r.to_str().unwrap(), "--headless", "--name", "dbfull"];
+    for s in &sets {
+        args.extend(["--set", s]);
+    }
+    let mut follower = db.spawn(&args);
+    let mut lines = common::stdout_lines(&mut follower);
+    let first = common::read_until(&mut lines, |l| l.starts_with("run "));
+    let run = first["run ".len()..].split(':').next().unwrap().to_string();
+    let step = |l: &str| l.split(" step ").nth(1).and_then(|t| t.split('/').next()).and_then(|s| s.parse::<u64>().ok());
+    common::read_until(&mut lines, |l| step(l).is_some_and(|s| (3..30).contains(&s)));
+
+    // Fill the database's filesystem to the last block.
+    let fill = db.path().join("fill");
+    let _ = Command::new("dd").arg("if=/dev/zero").arg(format!("of={}", fill.display())).arg("bs=1M").output();
+    // The server's next write fails: every client is told what is full, and where.
+    let said = until(&db, &["runs"], |o| String::from_utf8_lossy(&o.stderr).contains("no space left on device: DB"));
+    let said = String::from_utf8_lossy(&said.stderr).to_string();
+    assert!(said.contains(&db.path().display().to_string()) && said.contains("free"), "{said}");
+    assert!(!said.contains("did not start"), "{said}");
+    // The follower hears it too, and ends saying so (the run goes on without it).
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let out = follower.wait_with_output().expect("follower");
+    let heard = format!("{}{}", rest.join("\n"), String::from_utf8_lossy(&out.stderr));
+    assert!(heard.contains("no space left on device: DB"), "{heard}");
+
+    // Room again: the server reopens the history by itself and takes the frames the agents kept.
+    std::fs::remove_file(&fill).expect("removing the filler");
+    until(&db, &["show", &run, "--json"], |o| o.status.success());
+    let follow = db.run(&["attach", &run, "--headless"]);
+    let text = String::from_utf8_lossy(&follow.stdout).to_string();
+    assert_eq!(follow.status.code(), Some(0), "{text}\n{}", String::from_utf8_lossy(&follow.stderr));
+    let loss = db.run(&["metrics", &run, "--key", "loss", "--format", "csv"]);
+    assert_eq!(csv_rows(&String::from_utf8_lossy(&loss.stdout)).len(), 80, "every step of both ranks, none lost");
+    db.finish();
+}
+
+#[test]
+fn a_server_that_cannot_open_its_full_database_says_what_is_full_and_opens_it_once_there_is_room() {
+    let db = Db::new();
+    let _mount = match Mount::tmpfs(db.path(), "4m") {
+        Ok(m) => m,
+        Err(why) => return common::skipped(file!(), &why),
+    };
+    common::ok(&db.run(&["runs"]));
+    db.wait_server_exit();
+    let fill = db.path().join("fill");
+    let _ = Command::new("dd").arg("if=/dev/zero").arg(format!("of={}", fill.display())).arg("bs=1M").output();
+    let out = db.run(&["runs"]);
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!out.status.success(), "{err}");
+    // Said by the server on its way out, through the pipe its client reads (its log file is on
+    // the full disk): not "(no output)".
+    let want = format!("did not start: no space left on device: DB {} (", db.path().display());
+    assert!(err.contains(&want) && err.contains("run the command again"), "{err}");
+    std::fs::remove_file(&fill).expect("removing the filler");
+    common::ok(&db.run(&["runs"]));
+    db.finish();
+}

@@ -77,6 +77,10 @@ pub enum Cmd {
     Attach {
         /// The run: full id, unique prefix, or name.
         run: String,
+        /// Follow it with progress lines instead of the cockpit, as `run --headless` does;
+        /// exit with its outcome.
+        #[arg(long)]
+        headless: bool,
     },
     /// A run's checkpoints: step, loss, size, age, verified.
     Ckpts {
@@ -200,7 +204,7 @@ async fn client_command(db: &DbPaths, cmd: Cmd) -> anyhow::Result<i32> {
         Cmd::Metrics(args) => query::metrics(db, args).await,
         Cmd::Stop { run } => query::stop_or_kill(db, &run, false).await,
         Cmd::Kill { run } => query::stop_or_kill(db, &run, true).await,
-        Cmd::Attach { run } => query::attach(db, &run).await,
+        Cmd::Attach { run, headless } => query::attach(db, &run, headless).await,
         Cmd::Ckpts { run, json, verify } => ckpts::ckpts(db, &run, json, verify).await,
         Cmd::Resume(args) => resume::resume(db, args).await,
         Cmd::Stacks(args) => stacks::stacks(db, args).await,

@@ -92,13 +92,17 @@ fn truncate(s: &str, n: usize) -> String {
 
 /// The cockpit on one run, once the server knows it: an unknown run is refused like `show`'s,
 /// before the terminal is taken over.
-pub async fn attach(db: &DbPaths, run: &str) -> anyhow::Result<i32> {
+pub async fn attach(db: &DbPaths, run: &str, headless: bool) -> anyhow::Result<i32> {
     let id = match ask(db, Request::ShowRun { run: run.into() }).await? {
-        Ok(Reply::Run { detail }) => detail.run.id.to_string(),
+        Ok(Reply::Run { detail }) => detail.run.id,
         Ok(other) => anyhow::bail!("unexpected reply: {other:?}"),
         Err(m) => return refused(&m),
     };
-    crate::ui::run(db, crate::ui::Start::Open(id)).await
+    if headless {
+        let client = crate::client::Client::connect(db).await?;
+        return super::run::follow(db, client, &id).await;
+    }
+    crate::ui::run(db, crate::ui::Start::Open(id.to_string())).await
 }
 
 /// The eval's metric (`worker::eval`), which `show` summarises.

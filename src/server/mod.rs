@@ -95,7 +95,20 @@ pub fn main(db: DbPaths, foreground: bool) -> anyhow::Result<()> {
         return Ok(());
     };
     init_logging(&db, foreground);
-    let store = Store::open(&db.sled()).with_context(|| format!("opening {}", db.sled().display()))?;
+    let store = match Store::open(&db.sled()) {
+        Ok(store) => store,
+        Err(e) => {
+            let message = if e.is_no_space() {
+                crate::store::db::no_space_text(&db.root, false)
+            } else {
+                format!("opening {}: {e}", db.sled().display())
+            };
+            // The client reads this line where it waits for `ready`: it needs no disk (the
+            // stderr log is on the database's own filesystem, which may be the full one).
+            println!("error: {message}");
+            anyhow::bail!(message);
+        }
+    };
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let served = rt.block_on(serve(db, store));
     // sled's own threads may hold the database's file lock a moment past the store's drop: the
@@ -136,7 +149,7 @@ async fn serve(db: DbPaths, store: Store) -> anyhow::Result<()> {
     let _ = std::fs::remove_file(&socket);
     let listener = tokio::net::UnixListener::bind(&socket).with_context(|| format!("binding {}", socket.display()))?;
     let shared = Shared {
-        ingest: ingest::Ingest::start(&store),
+        ingest: ingest::Ingest::start(&store, db.root.clone()),
         store,
         db,
         registry: Arc::new(Mutex::new(HashMap::new())),
@@ -174,6 +187,14 @@ async fn serve(db: DbPaths, store: Store) -> anyhow::Result<()> {
                 Err(e) => tracing::warn!("accept: {e}"),
             },
             _ = idle_check.tick() => {
+                if let Some(failure) = shared.ingest.failed() {
+                    // Never idle out with history unsaved: wait for room, then start afresh.
+                    if failure.no_space && room_again(&shared.db) {
+                        let _ = std::fs::remove_file(&socket);
+                        return Err(reopen(&shared.db));
+                    }
+                    continue;
+                }
                 let busy = shared.clients.load(Ordering::SeqCst) > 0
                     || shared.recovering.load(Ordering::SeqCst) > 0
                     || shared.queue.is_busy()
@@ -188,6 +209,30 @@ async fn serve(db: DbPaths, store: Store) -> anyhow::Result<()> {
             }
         }
     }
+}
+
+/// Free space at which a server whose database filled up reopens it.
+const REOPEN_FREE_BYTES: u64 = 16 << 20;
+
+fn room_again(db: &DbPaths) -> bool {
+    crate::store::checkpoints::free_bytes(&db.root).is_ok_and(|free| free >= REOPEN_FREE_BYTES)
+}
+
+/// Replaces this process with a fresh server on the same database (sled refuses every write
+/// after a failed one, so only a reopen cures it): the locks and sockets close with the old
+/// image, the new one takes them and reattaches to the live runs' agents from their last
+/// acknowledged frame, as after a crash. Returns only if the exec failed.
+fn reopen(db: &DbPaths) -> anyhow::Error {
+    use std::os::unix::process::CommandExt;
+    tracing::warn!("there is room on {} again: restarting the server to reopen the history", db.root.display());
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => return anyhow::anyhow!("locating the flightdeck executable to reopen the history: {e}"),
+    };
+    // Nobody reads the first server's stdout any more: the new one's `ready` goes nowhere.
+    let mut cmd = std::process::Command::new(exe);
+    cmd.arg("--db").arg(&db.root).arg("server").stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null());
+    anyhow::anyhow!("restarting the server to reopen the history: {}", cmd.exec())
 }
 
 /// After a restart: reattach to the agents of runs that were live, or mark them interrupted.

@@ -175,7 +175,9 @@ fn run_spec(run: &RunId, recipe: &Recipe, master_addr: &str, from: StartFrom) ->
 fn start_agent(paths: &RunDirPaths) -> anyhow::Result<()> {
     let mut cmd = Command::new(std::env::current_exe()?);
     cmd.arg("agent").arg("--run-dir").arg(&paths.root);
-    if !crate::detach::spawn_until_ready(cmd, &paths.agent_log()).context("starting the agent")? {
+    if crate::detach::spawn_until_ready(cmd, &paths.agent_log()).context("starting the agent")?
+        != crate::detach::Ready::Yes
+    {
         let log = paths.agent_log();
         anyhow::bail!(
             "the agent failed to start: it exited before it was ready; {}: {}",

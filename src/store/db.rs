@@ -38,6 +38,36 @@ pub enum StoreError {
     AmbiguousSweep { query: String, candidates: String },
 }
 
+impl StoreError {
+    /// Whether the disk under the database is full (ENOSPC, or a quota).
+    pub fn is_no_space(&self) -> bool {
+        let io = match self {
+            StoreError::Open { source: sled::Error::Io(e), .. } | StoreError::Sled(sled::Error::Io(e)) => e,
+            _ => return false,
+        };
+        matches!(io.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
+            || io.kind() == std::io::ErrorKind::StorageFull
+            || io.to_string().contains("No space left on device")
+    }
+}
+
+/// What a server that cannot write its database says, naming it and its free space; `waits`:
+/// a running server that reopens the history by itself once there is room (else: one that could
+/// not start, which the next command starts again).
+pub fn no_space_text(root: &std::path::Path, waits: bool) -> String {
+    let free = crate::store::checkpoints::free_bytes(root).map(crate::units::bytes).unwrap_or_else(|_| "?".into());
+    let cure = if waits {
+        "free space there and the server reopens the history by itself"
+    } else {
+        "free space there and run the command again"
+    };
+    format!(
+        "no space left on device: DB {} ({free} free): the server cannot save the history; runs go on and their \
+         agents keep every frame until it can: {cure}",
+        root.display()
+    )
+}
+
 /// Everything one ingest batch writes; applied tree by tree, then flushed before any ack.
 #[derive(Default)]
 pub struct Batch {

@@ -30,6 +30,12 @@ pub async fn serve(stream: UnixStream, shared: &Shared) -> anyhow::Result<()> {
         return Ok(());
     }
     while let Some(req) = read_frame_async::<Request, _>(&mut rd).await? {
+        if let Some(failure) = shared.ingest.failed() {
+            // A store that cannot be written answers nothing it could get wrong: every client
+            // hears why, and the runs' frames wait on their nodes.
+            write_frame_async(&mut wr, &Reply::Error { message: failure.message }).await?;
+            continue;
+        }
         match req {
             Request::Follow { run } => streams::follow(&mut wr, shared, &run).await?,
             Request::Watch { run } => streams::watch(&mut wr, shared, &run).await?,

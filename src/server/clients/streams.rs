@@ -21,7 +21,12 @@ pub async fn follow(wr: &mut OwnedWriteHalf, shared: &Shared, query: &str) -> an
         Err(e) => return Ok(write_frame_async(wr, &Reply::Error { message: format!("{e:#}") }).await?),
     };
     loop {
-        let Some((status, reason)) = progress_until_end(wr, shared, &id).await? else {
+        let end = progress_until_end(wr, shared, &id).await?;
+        if let Some(failure) = shared.ingest.failed() {
+            // The run's link stopped with the store: the run goes on, unseen until a reopen.
+            return Ok(write_frame_async(wr, &Reply::Error { message: failure.message }).await?);
+        }
+        let Some((status, reason)) = end else {
             let message = format!("run {id} vanished");
             return Ok(write_frame_async(wr, &Reply::Error { message }).await?);
         };
