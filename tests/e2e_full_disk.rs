@@ -177,7 +177,12 @@ fn a_database_that_fills_mid_run_tells_every_client_and_keeps_every_frame_until_
     let text = String::from_utf8_lossy(&follow.stdout).to_string();
     assert_eq!(follow.status.code(), Some(0), "{text}\n{}", String::from_utf8_lossy(&follow.stderr));
     let loss = db.run(&["metrics", &run, "--key", "loss", "--format", "csv"]);
-    assert_eq!(csv_rows(&String::from_utf8_lossy(&loss.stdout)).len(), 80, "every step of both ranks, none lost");
+    let rows = csv_rows(&String::from_utf8_lossy(&loss.stdout));
+    let have: std::collections::BTreeSet<(u64, u32)> = rows.iter().map(|(s, r, _)| (*s, *r)).collect();
+    let missing: Vec<(u64, u32)> = (1..=40).flat_map(|s| [(s, 0), (s, 1)]).filter(|k| !have.contains(k)).collect();
+    let log = std::fs::read_to_string(db.path().join("server.log")).unwrap_or_default();
+    assert!(missing.is_empty(), "every step of both ranks, none lost; missing {missing:?}\n{log}");
+    assert_eq!(rows.len(), 80, "no step twice");
     db.finish();
 }
 

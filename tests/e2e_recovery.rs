@@ -83,6 +83,28 @@ fn a_crash_and_a_hang_are_recovered_by_themselves_bit_exact_with_the_causes_and_
     assert!((parts - part("wall_ms")).abs() < 1e-6 * part("wall_ms"), "parts {parts} ≠ wall: {g}");
     assert!(part("failed_ms") > 0.0 && part("stalled_ms") > 0.0, "a crash loses steps and a hang stalls: {g}");
 
+    // The cockpit's chart of the last attempt: the lineage's loss before it (each attempt's own
+    // steps up to where its child resumed) and both resume steps marked.
+    let ids: Vec<String> = attempts.iter().map(|a| a["run"].as_str().expect("run id").to_string()).collect();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let before = rt.block_on(async {
+        use flightdeck::ui::effects::{Command, DataEvent};
+        let (tx, mut rx) = tokio::sync::mpsc::channel(8);
+        let mut link = flightdeck::ui::io::ServerLink::new(flightdeck::paths::DbPaths::new(db.path().into()), tx);
+        let (child, parent) = (flightdeck::ids::RunId(ids[2].clone()), flightdeck::ids::RunId(ids[1].clone()));
+        link.handle(Command::LoadParentLoss { child, parent, step: 20 });
+        loop {
+            match rx.recv().await {
+                Some(DataEvent::ParentLoss { loss, .. }) => break loss,
+                Some(DataEvent::Error(e)) => panic!("lineage loss: {e}"),
+                Some(_) => continue,
+                None => panic!("the link closed"),
+            }
+        }
+    });
+    assert_eq!(before.marks, vec![10, 20], "both resume steps");
+    assert_eq!(before.points.iter().map(|p| p.0).collect::<Vec<_>>(), (1..=20).collect::<Vec<u64>>());
+
     // The final lineage's loss at each step is the attempt that last computed it.
     let mut lineage: BTreeMap<(u64, u32), u64> = BTreeMap::new();
     for a in attempts {
@@ -92,6 +114,10 @@ fn a_crash_and_a_hang_are_recovered_by_themselves_bit_exact_with_the_causes_and_
     assert_eq!(want.len() as u64, STEPS * 2, "every step of both ranks");
     for (k, bits) in &want {
         assert_eq!(lineage.get(k), Some(bits), "step/rank {k:?} differs from the uninterrupted run");
+    }
+    for (s, mean) in &before.points {
+        let (a, b) = (f64::from_bits(want[&(*s, 0)]), f64::from_bits(want[&(*s, 1)]));
+        assert_eq!(*mean, (a + b) / 2.0, "the chart's mean loss at step {s} is the lineage's");
     }
     db.finish();
 }

@@ -381,7 +381,7 @@ fn child_snapshot() -> (RunSnapshot, ParentLoss) {
     let points: Vec<(RunId, Vec<Point>)> = fixture("compare-points.json");
     let mut mean = points.iter().find(|(r, _)| *r == parent).map(|(_, p)| mean_by_step(p)).expect("parent points");
     mean.retain(|(s, _)| *s <= 20);
-    (snap, ParentLoss { parent, step: 20, points: mean })
+    (snap, ParentLoss { parent, step: 20, points: mean, marks: vec![20] })
 }
 
 #[test]
@@ -403,6 +403,20 @@ fn resumed_run_chart_draws_the_parent_up_to_the_resume_step() {
         }
         insta::assert_snapshot!(format!("run_resumed_chart_{}x{}", size.0, size.1), text);
     }
+}
+
+#[test]
+fn a_lineage_of_restarts_marks_every_resume_step_on_the_chart() {
+    let (snap, mut loss) = child_snapshot();
+    // The parent was itself restarted at step 8: two resumes in the lineage.
+    loss.marks = vec![8, 20];
+    let child = snap.detail.run.id.clone();
+    let mut app = app(Start::Open(child.to_string()), (160, 48), snap.detail.run.ended_ms.unwrap_or(0) + 1_000);
+    app.on_data(DataEvent::Snapshot(Box::new(snap)));
+    app.on_data(DataEvent::ParentLoss { child, loss });
+    let text = draw(&app);
+    assert!(text.contains("↳8") && text.contains("↳20"), "both resume steps on the axis: {text}");
+    assert!(text.contains("@20 · 2 resumes"), "the lineage's resumes are counted: {text}");
 }
 
 #[test]

@@ -251,15 +251,6 @@ impl Writer {
         if self.stale {
             self.fold_journals()?;
         }
-        // A batch of many nodes' frames carries a run's record (and a rank's info) once per
-        // node: only the newest of each is encoded and written.
-        let mut b = sled::Batch::default();
-        let mut seen = std::collections::HashSet::new();
-        for r in batch.runs.iter().rev().filter(|r| seen.insert(&r.id)) {
-            b.insert(r.id.as_str().as_bytes(), json(r));
-        }
-        self.store.runs.apply_batch(b)?;
-
         let mut hist = sled::Batch::default();
         let full = self.journals.append(&self.store, batch.points, &mut hist)?;
         if full.is_empty() {
@@ -316,6 +307,18 @@ impl Writer {
             sweeps.insert(sweep.id.as_bytes(), json(sweep));
         }
         self.store.sweeps.apply_batch(sweeps)?;
+
+        // The run records go last: they hold each node's acknowledged sequence number, and sled
+        // persists its log in order, so an acknowledgement that reached the disk (a background
+        // flush, a flush that failed half-way on a full disk) never covers frames whose data did
+        // not. A batch of many nodes' frames carries a run's record (and a rank's info) once per
+        // node: only the newest of each is encoded and written.
+        let mut b = sled::Batch::default();
+        let mut seen = std::collections::HashSet::new();
+        for r in batch.runs.iter().rev().filter(|r| seen.insert(&r.id)) {
+            b.insert(r.id.as_str().as_bytes(), json(r));
+        }
+        self.store.runs.apply_batch(b)?;
 
         self.store.db.flush()?;
         Ok(())

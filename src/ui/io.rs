@@ -301,13 +301,7 @@ async fn one(db: &DbPaths, cmd: Command, tx: &mpsc::Sender<DataEvent>) -> anyhow
             DataEvent::Done(format!("stop sent to run {run}: each rank saves a checkpoint, then exits"))
         }
         Command::LoadParentLoss { child, parent, step } => {
-            let req = Request::Metrics { run: parent.to_string(), key: Some("loss".into()), rank: None };
-            let Reply::Metrics { points } = request(db, req).await? else {
-                anyhow::bail!("unexpected reply to metrics of {parent}");
-            };
-            let mut points = mean_by_step(&points);
-            points.retain(|(s, _)| *s <= step);
-            DataEvent::ParentLoss { child, loss: ParentLoss { parent, step, points } }
+            DataEvent::ParentLoss { child, loss: lineage_loss(db, parent, step).await? }
         }
         Command::Stacks { run, rank, native } => {
             let result = match request(db, Request::Stacks { run: run.to_string(), rank, native }).await {
@@ -398,6 +392,41 @@ pub fn mean_by_step(points: &[crate::store::Point]) -> Vec<(u64, f64)> {
         e.1 += 1;
     }
     by_step.into_iter().map(|(s, (sum, n))| (s, sum / f64::from(n))).collect()
+}
+
+/// The most ancestors a chart walks back through (a lineage of restarts is rarely longer).
+const LINEAGE_DEPTH: usize = 64;
+
+/// The loss of a resumed run's lineage before it: `parent`'s mean loss up to `step`, then its own
+/// parent's up to the step it resumed from, and so on up to the first attempt, each segment the
+/// steps that attempt's child kept (work a failed attempt did past its checkpoint is left out);
+/// and each resume step, for the chart's markers.
+async fn lineage_loss(db: &DbPaths, parent: crate::ids::RunId, step: u64) -> anyhow::Result<ParentLoss> {
+    let (mut at, mut upto) = (Some(parent.clone()), step);
+    let mut points: BTreeMap<u64, f64> = BTreeMap::new();
+    let mut marks = vec![step];
+    for _ in 0..LINEAGE_DEPTH {
+        let Some(run) = at.take() else { break };
+        let req = Request::Metrics { run: run.to_string(), key: Some("loss".into()), rank: None };
+        let Reply::Metrics { points: own } = request(db, req).await? else {
+            anyhow::bail!("unexpected reply to metrics of {run}");
+        };
+        for (s, v) in mean_by_step(&own) {
+            if s <= upto {
+                points.entry(s).or_insert(v);
+            }
+        }
+        let Reply::Run { detail } = request(db, Request::ShowRun { run: run.to_string() }).await? else {
+            anyhow::bail!("unexpected reply to show of {run}");
+        };
+        if let (Some(p), Some(from)) = (detail.run.parent.clone(), detail.run.resumed_from.as_ref()) {
+            (at, upto) = (Some(p), from.step);
+            marks.push(from.step);
+        }
+    }
+    marks.sort_unstable();
+    marks.dedup();
+    Ok(ParentLoss { parent, step, points: points.into_iter().collect(), marks })
 }
 
 /// How long a killed run may take to end before a restart gives up on it.

@@ -69,17 +69,20 @@ impl ChartView {
     }
 }
 
-/// A resumed run's parent: its mean loss over ranks up to the resume step, drawn before the
-/// child's own steps on the same step axis, with the resume step marked.
+/// A resumed run's lineage before it: the mean loss over ranks of its parent up to the resume
+/// step, and of each earlier attempt up to the step its child resumed from, drawn before the
+/// child's own steps on the same step axis, with every resume step marked.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ParentLoss {
     pub parent: crate::ids::RunId,
     /// The checkpoint step the child started from (it trains `step + 1` onwards).
     pub step: u64,
     pub points: Vec<(u64, f64)>,
+    /// Every resume (or restart) step of the lineage, ascending; `step` is the last.
+    pub marks: Vec<u64>,
 }
 
-/// The parent's line and the resume marker.
+/// The lineage's line and the resume markers.
 const PARENT_COLOR: Color = Color::LightMagenta;
 const RESUME_COLOR: Color = Color::Yellow;
 
@@ -123,6 +126,9 @@ pub fn render_metric(
     let parent = parent.filter(|p| metric == "loss" && !view.wall && !p.points.is_empty());
     if let Some(p) = parent {
         extra.push_str(&format!(" · ↳ resumed {}@{}", p.parent, p.step));
+        if p.marks.len() > 1 {
+            extra.push_str(&format!(" · {} resumes", p.marks.len()));
+        }
     }
     let block = fmt::panel_block(fmt::title(&metric, extra), focused);
     let inner = block.inner(area);
@@ -189,8 +195,11 @@ pub fn render_metric(
     y0 -= pad;
     y1 += pad;
     if let Some(p) = parent {
-        let x = p.step as f64;
-        traces.insert(0, Trace { points: vec![(x, y0), (x, y1)], color: RESUME_COLOR });
+        let direct = (!p.marks.contains(&p.step)).then_some(p.step);
+        for step in p.marks.iter().copied().chain(direct) {
+            let x = step as f64;
+            traces.insert(0, Trace { points: vec![(x, y0), (x, y1)], color: RESUME_COLOR });
+        }
     }
     traces.push(Trace { points: mean, color: Color::Cyan });
     draw_plot(&band, &traces, [x0, x1], [y0, y1], plot, buf);
@@ -209,11 +218,16 @@ pub fn render_metric(
         buf.set_string(rx, by, &right, fmt::dim());
     }
     if let Some(p) = parent {
-        let at = ((p.step as f64 - x0) / (x1 - x0) * f64::from(plot.width)) as u16;
-        let label = format!("↳{}", p.step);
-        let lx = (plot.x + at.min(plot.width.saturating_sub(1)))
-            .min((plot.x + plot.width).saturating_sub(label.chars().count() as u16));
-        buf.set_string(lx, by, &label, ratatui::style::Style::new().fg(RESUME_COLOR));
+        // Each resume step of the lineage, oldest first, so the newest (the run's own) is on top
+        // where labels would overlap.
+        let direct = (!p.marks.contains(&p.step)).then_some(p.step);
+        for step in p.marks.iter().copied().chain(direct) {
+            let at = ((step as f64 - x0) / (x1 - x0) * f64::from(plot.width)) as u16;
+            let label = format!("↳{step}");
+            let lx = (plot.x + at.min(plot.width.saturating_sub(1)))
+                .min((plot.x + plot.width).saturating_sub(label.chars().count() as u16));
+            buf.set_string(lx, by, &label, ratatui::style::Style::new().fg(RESUME_COLOR));
+        }
     }
 }
 
