@@ -94,7 +94,8 @@ fn a_run_its_resume_and_a_comparison_are_reported_with_charts_that_exist_and_are
     for (args, says) in [
         (vec!["report", "nope", "--out", "/tmp/never-written"], "nope"),
         (vec!["report", &parent, "--out", one.to_str().unwrap()], "is not empty"),
-        (vec!["report", &parent, "--incident"], "has no incident report (no verdicts"),
+        // "(no verdicts ...)", or "(verdicts straggler; ...)" when a busy machine slowed a rank.
+        (vec!["report", &parent, "--incident"], "has no incident report ("),
         (vec!["report", &parent, &child, "--incident"], "one run at a time"),
     ] {
         let o = db.run(&args);

@@ -83,35 +83,33 @@ fn manifest(path: &std::path::Path) -> serde_json::Value {
     serde_json::from_str(&text).expect("manifest JSON")
 }
 
+/// Three nodes with homes of their own (the binary installed in each `~/fd`), and the losses of
+/// the uninterrupted run every lineage here is compared with: 4 local ranks, `STEPS` steps.
+fn lab_and_straight(db: &Db) -> (Lab, BTreeMap<(u64, u32), u64>) {
+    let lab = Lab::with_homes(3);
+    for i in 0..3 {
+        lab.preinstall_at(&lab.home(i).join("fd"));
+    }
+    let steps = format!("train.steps={STEPS}");
+    let tiny = recipe("tiny-gpt.toml");
+    let args = ["run", tiny.to_str().unwrap(), "--headless", "--ranks-per-node", "4", "--name", "straight"];
+    let straight = ok(&db.run(&[&args[..], &["--set", &steps, "--set", "checkpoint.every=0"]].concat()));
+    let id = straight.lines().find_map(|l| l.strip_prefix("run ")).unwrap().split(':').next().unwrap();
+    let want = loss_bits(db, id);
+    assert_eq!(want.len() as u64, STEPS * u64::from(WORLD));
+    (lab, want)
+}
+
 #[test]
 fn a_two_node_run_stopped_and_resumed_on_its_hosts_then_onto_another_second_node_is_bit_exact() {
     let test = "a_two_node_run_stopped_and_resumed_on_its_hosts_then_onto_another_second_node_is_bit_exact";
     if skip(test) {
         return;
     }
-    let lab = Lab::with_homes(3);
-    for i in 0..3 {
-        lab.preinstall_at(&lab.home(i).join("fd"));
-    }
     let db = Db::new();
+    let (lab, want) = lab_and_straight(&db);
     let steps = format!("train.steps={STEPS}");
     let tiny = recipe("tiny-gpt.toml");
-    let straight = ok(&db.run(&[
-        "run",
-        tiny.to_str().unwrap(),
-        "--headless",
-        "--ranks-per-node",
-        "4",
-        "--name",
-        "straight",
-        "--set",
-        &steps,
-        "--set",
-        "checkpoint.every=0",
-    ]));
-    let straight_id = straight.lines().find_map(|l| l.strip_prefix("run ")).unwrap().split(':').next().unwrap();
-    let want = loss_bits(&db, straight_id);
-    assert_eq!(want.len() as u64, STEPS * u64::from(WORLD));
 
     // The SSH run, slowed (a sleep in rank 3's backward: timing only) so a stop lands mid-way.
     let mut args: Vec<String> =
@@ -210,26 +208,10 @@ fn a_host_that_crashed_twice_is_replaced_by_a_spare_that_gets_the_checkpoint_car
     if skip(test) {
         return;
     }
-    let lab = Lab::with_homes(3);
-    for i in 0..3 {
-        lab.preinstall_at(&lab.home(i).join("fd"));
-    }
     let db = Db::new();
+    let (lab, want) = lab_and_straight(&db);
     let steps = format!("train.steps={STEPS}");
     let tiny = recipe("tiny-gpt.toml");
-    let straight = ok(&db.run(&[
-        "run",
-        tiny.to_str().unwrap(),
-        "--headless",
-        "--ranks-per-node",
-        "4",
-        "--name",
-        "straight",
-        "--set",
-        &steps,
-    ]));
-    let straight_id = straight.lines().find_map(|l| l.strip_prefix("run ")).unwrap().split(':').next().unwrap();
-    let want = loss_bits(&db, straight_id);
 
     // Both crashes are on node1 (ranks 2 and 3); node2 is the spare.
     let dir = tempfile::tempdir().expect("tempdir");

@@ -16,10 +16,7 @@ pub async fn checkpoints(shared: &Shared, query: &str, verify: bool) -> anyhow::
     let run_dir = super::super::placement::rank0_dir(&shared.db, &id);
     let id2 = id.clone();
     let (root, records) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
-        let record = store.get_run(&id2)?.ok_or_else(|| anyhow::anyhow!("run {id2} vanished"))?;
-        let dir = serde_json::from_str::<crate::recipe::Recipe>(&record.recipe_json)
-            .map(|r| r.checkpoint.dir)
-            .unwrap_or_else(|_| "checkpoints".into());
+        let dir = checkpoint_dir(&store, &id2)?;
         let root = root_of(&run_dir, &dir);
         let known = store.checkpoints(&id2)?;
         let depth = if verify { disk::Depth::Sha256 } else { disk::Depth::Sizes };
@@ -50,10 +47,7 @@ async fn on_nodes(
     let store = shared.store.clone();
     let id2 = id.clone();
     let (dir, records) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
-        let record = store.get_run(&id2)?.ok_or_else(|| anyhow::anyhow!("run {id2} vanished"))?;
-        let dir = serde_json::from_str::<crate::recipe::Recipe>(&record.recipe_json)
-            .map(|r| r.checkpoint.dir)
-            .unwrap_or_else(|_| "checkpoints".into());
+        let dir = checkpoint_dir(&store, &id2)?;
         let mut records = store.checkpoints(&id2)?;
         if verify {
             let now = crate::ids::unix_ms();
@@ -79,4 +73,12 @@ async fn on_nodes(
     }
     let latest = records.iter().filter(|r| r.verified).map(|r| r.step).max();
     Ok(Reply::Checkpoints { run: id, dir, latest, checkpoints: records })
+}
+
+/// The run's `checkpoint.dir` as its stored recipe says (the default when that cannot be read).
+fn checkpoint_dir(store: &crate::store::Store, id: &crate::ids::RunId) -> anyhow::Result<String> {
+    let record = store.get_run(id)?.ok_or_else(|| anyhow::anyhow!("run {id} vanished"))?;
+    Ok(serde_json::from_str::<crate::recipe::Recipe>(&record.recipe_json)
+        .map(|r| r.checkpoint.dir)
+        .unwrap_or_else(|_| "checkpoints".into()))
 }
