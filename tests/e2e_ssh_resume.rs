@@ -100,6 +100,19 @@ fn lab_and_straight(db: &Db) -> (Lab, BTreeMap<(u64, u32), u64>) {
     (lab, want)
 }
 
+/// Bit for bit: every step each attempt trained equals the uninterrupted run's, and together
+/// the attempts cover every step of every rank.
+fn assert_lineage_is_the_straight_run(db: &Db, runs: &[&str], want: &BTreeMap<(u64, u32), u64>) {
+    let mut lineage = BTreeMap::new();
+    for run in runs {
+        for (k, v) in loss_bits(db, run) {
+            assert_eq!(want.get(&k), Some(&v), "run {run}, (step, rank) {k:?} differs from the straight run");
+            lineage.insert(k, v);
+        }
+    }
+    assert_eq!(&lineage, want, "the lineage covers every step of every rank");
+}
+
 #[test]
 fn a_two_node_run_stopped_and_resumed_on_its_hosts_then_onto_another_second_node_is_bit_exact() {
     let test = "a_two_node_run_stopped_and_resumed_on_its_hosts_then_onto_another_second_node_is_bit_exact";
@@ -172,15 +185,7 @@ fn a_two_node_run_stopped_and_resumed_on_its_hosts_then_onto_another_second_node
     assert_eq!(show["run"]["status"], "succeeded", "{}", show["run"]);
     assert_eq!(show["run"]["hosts"], serde_json::json!(["node0", "node2"]));
 
-    // Bit for bit: every step each attempt trained equals the uninterrupted run's.
-    let mut lineage = BTreeMap::new();
-    for run in [&parent, &first, &second] {
-        for (k, v) in loss_bits(&db, run) {
-            assert_eq!(want.get(&k), Some(&v), "run {run}, (step, rank) {k:?} differs from the straight run");
-            lineage.insert(k, v);
-        }
-    }
-    assert_eq!(lineage, want, "the lineage covers every step of every rank");
+    assert_lineage_is_the_straight_run(&db, &[parent.as_str(), first.as_str(), second.as_str()], &want);
     db.finish();
     lab.assert_nothing_running();
 }
@@ -266,14 +271,8 @@ fn a_host_that_crashed_twice_is_replaced_by_a_spare_that_gets_the_checkpoint_car
     assert!(carry.ends_with("carried and sha256-verified"), "{carry}");
     let carried = lab.home(2).join(format!("fd/runs/{}/node-1/resume/step-{step:08}/MANIFEST.json", attempts[2]));
     assert_eq!(manifest(&carried)["node"], source, "the carried copy is {source}'s");
-    let mut lineage = BTreeMap::new();
-    for run in &attempts {
-        for (k, v) in loss_bits(&db, run) {
-            assert_eq!(want.get(&k), Some(&v), "run {run}, (step, rank) {k:?} differs from the straight run");
-            lineage.insert(k, v);
-        }
-    }
-    assert_eq!(lineage, want, "the lineage covers every step of every rank");
+    let runs: Vec<&str> = attempts.iter().map(String::as_str).collect();
+    assert_lineage_is_the_straight_run(&db, &runs, &want);
     db.finish();
     lab.assert_nothing_running();
 }
