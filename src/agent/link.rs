@@ -7,8 +7,16 @@ use crate::protocol::tcp_link::LinkStream;
 use crate::protocol::{read_frame_async, write_frame_async, AgentCommand, Hello, Role, PROTOCOL_VERSION};
 use crate::sync::lock;
 use std::sync::{Arc, Mutex};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{mpsc, watch, Notify};
+
+/// Bytes of frames per write at most: everything new since the last write goes in one, and a
+/// replayed backlog in pieces of this size.
+const WRITE_BYTES: usize = 256 * 1024;
+/// How long the link waits after news before writing, to gather what follows it; small next
+/// to the server's 100 ms batches, so it adds nothing a reader of the run could see.
+const COALESCE: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Accepts server connections forever, on the agent socket and (under Slurm) the agent's TCP
 /// port; a new connection replaces the old one (a restarted server), which is how reattaching
@@ -138,13 +146,16 @@ impl Conn {
         });
         let result = async {
             loop {
-                for frame in outbox::after(&self.outbox, sent) {
-                    write_frame_async(&mut wr, &frame).await?;
-                    sent = frame.seq;
+                while let Some((bytes, last)) = outbox::encode_after(&self.outbox, sent, WRITE_BYTES) {
+                    wr.write_all(&bytes).await?;
+                    sent = last;
                 }
                 if self.newest.changed().await.is_err() {
                     return Ok::<(), anyhow::Error>(());
                 }
+                // What the ranks print in the next few milliseconds goes in the same write: a
+                // node of 8 ranks at 10 steps/s makes about 50 writes a second, not 160.
+                tokio::time::sleep(COALESCE).await;
             }
         }
         .await;

@@ -188,6 +188,15 @@ where
         .map_err(|e| invalid(FrameError::Undecodable { len, reason: e.to_string() }))
 }
 
+/// Whether `buf` starts with a whole frame (header and payload), so reading it from a buffered
+/// reader holding `buf` needs no more bytes from the peer.
+pub fn whole_frame_at_front(buf: &[u8]) -> bool {
+    match buf.first_chunk::<HEADER_BYTES>() {
+        Some(header) => buf.len() - HEADER_BYTES >= u32::from_le_bytes(*header) as usize,
+        None => false,
+    }
+}
+
 /// Async write of one frame.
 pub async fn write_frame_async<T, W>(w: &mut W, msg: &T) -> std::io::Result<()>
 where
@@ -206,6 +215,16 @@ mod tests {
 
     fn sample() -> AgentFrame {
         AgentFrame { seq: 7, t_ms: 1, event: AgentEvent::Notice { text: "hi".into() } }
+    }
+
+    #[test]
+    fn a_whole_frame_at_the_front_is_told_from_a_partial_one() {
+        let bytes = encode(&sample());
+        assert!(whole_frame_at_front(&bytes));
+        assert!(whole_frame_at_front(&[bytes.clone(), bytes[..3].to_vec()].concat()));
+        for cut in 0..bytes.len() {
+            assert!(!whole_frame_at_front(&bytes[..cut]), "{cut} of {} bytes", bytes.len());
+        }
     }
 
     #[test]

@@ -18,10 +18,15 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
 /// Frames per batch at most; with the flush interval this bounds ack latency and batch size.
-const BATCH_FRAMES: usize = 2048;
-/// Frames waiting in the link's queue (of BATCH_FRAMES) that mean the server is behind its
-/// agents: silence and missing progress are then its own doing, not the nodes'.
-const BEHIND_FRAMES: usize = BATCH_FRAMES / 2;
+/// The link waits for each batch's flush to disk, so a server that fell behind must catch up
+/// in large batches: at 2,048, 1,024 ranks at 10 steps/s (20,480 frames/s) outran it while it
+/// sat idle waiting on the disk.
+const BATCH_FRAMES: usize = 16 * 1024;
+/// Frames waiting in the link's queue that mean the server is behind its agents: silence and
+/// missing progress are then its own doing, not the nodes'.
+const BEHIND_FRAMES: usize = 1024;
+/// The link's queue, in messages (each a node's batch of frames, as one read brought them).
+const INCOMING_BATCHES: usize = 256;
 const FLUSH_EVERY: Duration = Duration::from_millis(100);
 /// How long the last acks may take to reach the agents when a run ends.
 const ACK_GRACE: Duration = Duration::from_secs(10);
@@ -57,12 +62,14 @@ pub async fn attach_nodes(
         let conn = conn.map_err(|e| anyhow::anyhow!("node {k} ({}): {e}", transports[k].describe()))?;
         conns[k] = Some(conn);
     }
-    let (in_tx, in_rx) = mpsc::channel::<Incoming>(BATCH_FRAMES);
+    // Batches of frames, and the odd word on a node's link; `queued` counts the frames in it.
+    let (in_tx, in_rx) = mpsc::channel::<Incoming>(INCOMING_BATCHES);
+    let queued = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut nodes = Vec::new();
     for (k, (t, conn)) in transports.into_iter().zip(conns).enumerate() {
         let conn = conn.ok_or_else(|| anyhow::anyhow!("node {k}: no link"))?;
         let host = tracker.state.record.hosts.get(k).cloned().unwrap_or_else(|| t.describe());
-        let handle = transport::spawn_node(k, t, run.clone(), conn, after[k], in_tx.clone());
+        let handle = transport::spawn_node(k, t, run.clone(), conn, after[k], in_tx.clone(), queued.clone());
         nodes.push(Node { handle, host, last_seq: after[k], ended: None, lost: None, pending: Vec::new() });
     }
     drop(in_tx);
@@ -110,6 +117,7 @@ pub async fn attach_nodes(
             time_limited,
             taken_up: false,
             lag: super::lag::IngestLag::new(std::time::Instant::now()),
+            queued,
         };
         if let Err(e) = link.run(in_rx, cmd_rx, stacks_rx).await {
             tracing::warn!("run {run}: link failed: {e}");
@@ -180,6 +188,8 @@ struct Link {
     taken_up: bool,
     /// How far the store is behind the agents, logged each window.
     lag: super::lag::IngestLag,
+    /// Frames the node tasks have queued for this task and it has not yet taken.
+    queued: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// A stack dump in progress: who waits, how many nodes have yet to answer, what came so far.
@@ -203,10 +213,18 @@ impl Link {
         mut stack_asks: mpsc::Receiver<StackAsk>,
     ) -> anyhow::Result<()> {
         let mut tick = tokio::time::interval(FLUSH_EVERY);
+        // After a slow flush the next tick is a full interval away: the ticks missed meanwhile
+        // would otherwise fire at once, each flushing (and syncing) a handful of frames.
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         while !self.nodes.iter().all(Node::done) {
             tokio::select! {
                 i = incoming.recv() => match i {
-                    Some(Incoming::Frame(k, f)) => self.frame(k, f).await?,
+                    Some(Incoming::Frames(k, frames)) => {
+                        self.queued.fetch_sub(frames.len(), Ordering::SeqCst);
+                        for f in frames {
+                            self.frame(k, f).await?;
+                        }
+                    }
                     Some(Incoming::Down(k, why)) => self.note(format!("lost the link to {}: {why}; reconnecting", self.nodes[k].host)),
                     Some(Incoming::Up(k, after)) => {
                         self.note(format!("reconnected to {}; replaying after frame {after}", self.nodes[k].host))
@@ -216,7 +234,7 @@ impl Link {
                 },
                 _ = tick.tick() => {
                     self.flush().await?;
-                    if incoming.len() >= BEHIND_FRAMES {
+                    if self.queued.load(Ordering::SeqCst) >= BEHIND_FRAMES {
                         self.tracker.analyzer.behind(unix_ms());
                     }
                     self.analyze().await?;

@@ -2,20 +2,24 @@
 //! it, or its TCP port under Slurm), and the task that keeps that link up: handshake, attach after the last frame received,
 //! acks and commands down, frames up, and reconnecting when an SSH link is cut.
 use crate::ids::RunId;
+use crate::protocol::frame::whole_frame_at_front;
 use crate::protocol::tcp_link::LinkStream;
 use crate::protocol::{read_frame_async, write_frame_async, AgentCommand, AgentFrame, Hello, Role, PROTOCOL_VERSION};
 use crate::ssh::bridge::BridgeEnd;
 use crate::ssh::launch::RemoteAgent;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::WriteHalf;
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot, watch};
 
-/// Frames read ahead of the run's link task, per node.
-const READ_AHEAD: usize = 2048;
+/// Batches of frames read ahead of the run's link task, per node.
+const READ_AHEAD: usize = 64;
+/// Frames per batch at most: what one read brought, so a busy node's frames take one trip
+/// through the channels per read rather than one each.
+const BATCH_MAX: usize = 1024;
 /// A reconnect window is this many link timeouts: long enough to ride out a switch reboot,
 /// short enough that a node that is gone for good marks the run interrupted.
 const WINDOW_LINK_TIMEOUTS: u32 = 20;
@@ -111,7 +115,7 @@ impl Transport {
 
 /// One open, attached link.
 pub struct Conn {
-    frames: mpsc::Receiver<AgentFrame>,
+    frames: mpsc::Receiver<Vec<AgentFrame>>,
     wr: WriteHalf<LinkStream>,
     end: Option<oneshot::Receiver<BridgeEnd>>,
 }
@@ -152,7 +156,7 @@ pub async fn connect(t: &Transport, run: &RunId, after_seq: u64) -> Result<Conn,
         Transport::Tcp(a) => Duration::from_secs(a.link_timeout_s.max(30)),
     };
     let result = tokio::time::timeout(limit, handshake).await;
-    let (mut rd, wr) = match result {
+    let (rd, wr) = match result {
         Ok(Ok(x)) => x,
         other => {
             let message = match other {
@@ -168,8 +172,18 @@ pub async fn connect(t: &Transport, run: &RunId, after_seq: u64) -> Result<Conn,
     // Reading on its own task keeps the link's select loop cancel-safe.
     let (tx, frames) = mpsc::channel(READ_AHEAD);
     tokio::spawn(async move {
+        // Buffered: a frame is a few dozen bytes, and unbuffered each took two reads.
+        let mut rd = tokio::io::BufReader::with_capacity(64 * 1024, rd);
         while let Ok(Some(f)) = read_frame_async::<AgentFrame, _>(&mut rd).await {
-            if tx.send(f).await.is_err() {
+            let mut batch = vec![f];
+            // Every further frame the read already brought: no waiting for more.
+            while batch.len() < BATCH_MAX && whole_frame_at_front(rd.buffer()) {
+                match read_frame_async::<AgentFrame, _>(&mut rd).await {
+                    Ok(Some(f)) => batch.push(f),
+                    _ => break,
+                }
+            }
+            if tx.send(batch).await.is_err() {
                 break;
             }
         }
@@ -196,7 +210,8 @@ pub async fn connect_within(t: &Transport, run: &RunId, after_seq: u64) -> Resul
 /// What a node's task tells the run's link task.
 #[derive(Debug)]
 pub enum Incoming {
-    Frame(usize, AgentFrame),
+    /// Frames from node `k`, in order.
+    Frames(usize, Vec<AgentFrame>),
     /// The link was cut; reconnecting.
     Down(usize, String),
     /// Reconnected; the agent replays after this sequence number.
@@ -224,6 +239,7 @@ pub fn spawn_node(
     conn: Conn,
     after_seq: u64,
     incoming: mpsc::Sender<Incoming>,
+    queued: Arc<AtomicUsize>,
 ) -> NodeHandle {
     let (acks, acks_rx) = watch::channel(after_seq);
     // Commands are few (stop, kill); 8 is plenty.
@@ -234,6 +250,7 @@ pub fn spawn_node(
         t,
         run,
         incoming,
+        queued,
         acks: acks_rx,
         cmds: cmds_rx,
         ended: ended.clone(),
@@ -249,6 +266,8 @@ struct NodeTask {
     t: Transport,
     run: RunId,
     incoming: mpsc::Sender<Incoming>,
+    /// Frames sent on `incoming` and not yet taken by the run's link task (all nodes).
+    queued: Arc<AtomicUsize>,
     acks: watch::Receiver<u64>,
     cmds: mpsc::Receiver<AgentCommand>,
     ended: Arc<AtomicBool>,
@@ -317,9 +336,10 @@ impl NodeTask {
         loop {
             tokio::select! {
                 f = conn.frames.recv() => match f {
-                    Some(f) => {
-                        self.last_seq = f.seq;
-                        if self.incoming.send(Incoming::Frame(self.k, f)).await.is_err() {
+                    Some(frames) => {
+                        self.last_seq = frames.last().map_or(self.last_seq, |f| f.seq);
+                        self.queued.fetch_add(frames.len(), Ordering::SeqCst);
+                        if self.incoming.send(Incoming::Frames(self.k, frames)).await.is_err() {
                             return Served::RunOver;
                         }
                     }
