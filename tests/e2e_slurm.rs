@@ -4,7 +4,8 @@
 //! no job and no process; Slurm's time-limit warning stops a run with a checkpoint and recovery
 //! resubmits it to finish bit-exact; a hang on the second node's rank is named with that node;
 //! a node whose slurmd and processes die is a `node-lost` verdict naming it, before
-//! Slurm itself marks it down. Slots 0 to 9 are this file's.
+//! Slurm itself marks it down; the agent steps hold every CPU the job has on their nodes. Slots
+//! 0 to 9 are this file's.
 mod common;
 #[allow(dead_code)]
 #[path = "common/slurm.rs"]
@@ -290,5 +291,54 @@ fn doctor_slurm_checks_a_real_cluster_and_names_what_is_wrong() {
     let controller = line(&text, "controller");
     assert!(controller.contains("FAIL") && controller.contains("no-such-slurm.conf: no such file"), "{text}");
     assert!(line(&text, "partition").is_empty(), "{text}");
+    db.finish();
+}
+
+#[test]
+fn the_agent_steps_hold_every_cpu_the_job_has_on_their_nodes() {
+    let test = "the_agent_steps_hold_every_cpu_the_job_has_on_their_nodes";
+    let Some(c) = Cluster::start_or_skip(test, 2, 4) else { return };
+    let db = Db::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    // 2 nodes × 4 ranks of a program that only waits: the job holds 4 CPUs on each node, and
+    // each node's agent step (node 0's, then the rest) must hold them all for its ranks, not
+    // the one CPU its single task would get where steps are exact (task/cgroup would confine
+    // the ranks to it). Slurm 22.05 gives a step the job's CPUs by default; the launch asks for
+    // them (--whole) whatever a site's default is.
+    let recipe = dir.path().join("wait.toml");
+    let nodes = dir.path().join("nodes");
+    std::fs::write(
+        &recipe,
+        format!(
+            "name = \"wait\"\nkind = \"command\"\n[command]\nargv = [\"sleep\", \"600\"]\n\
+             [cluster]\nlauncher = \"slurm\"\nnodes = 2\nranks_per_node = 4\nremote_dir = {:?}\n",
+            nodes.display().to_string()
+        ),
+    )
+    .expect("recipe");
+    let args: Vec<String> =
+        ["run", &recipe.display().to_string(), "--headless", "--name", "wait"].map(String::from).into();
+    let mut child = cmd(&db, &c, &args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run");
+    let mut lines = stdout_lines(&mut child);
+    read_until(&mut lines, |l| l.contains("ranks 8/8 running"));
+    let out = c.cmd("scontrol", &["-o", "show", "step"]);
+    let steps = String::from_utf8_lossy(&out.stdout).to_string();
+    let agents: Vec<&str> = steps.lines().filter(|l| l.contains("Name=flightdeck-agents-")).collect();
+    assert_eq!(agents.len(), 2, "node 0's step and the other node's:\n{steps}");
+    for step in agents {
+        assert!(
+            step.contains(" Nodes=1 ") && step.contains(" CPUs=4 "),
+            "each agent step holds its node's 4 CPUs: {step}"
+        );
+    }
+    common::ok(&db.run(&["kill", "wait"]));
+    let _rest: Vec<String> = lines.map_while(Result::ok).collect();
+    child.wait().expect("wait");
+    assert_eq!(db.json(&["show", "wait", "--json"])["run"]["status"], "killed");
+    assert_nothing_left(&c);
     db.finish();
 }

@@ -82,7 +82,9 @@ pub fn start(
     let n = nodes.len().to_string();
     let list = nodes.join(",");
     let mut cmd = slurm.command("srun");
-    cmd.args(["--jobid", job, "--overlap", "--nodes", &n, "--ntasks", &n, "--ntasks-per-node=1"])
+    // --whole: the step (the agent and the ranks it starts) gets every CPU the job holds on
+    // each node, not the one its single task would ask for, which task/cgroup would enforce.
+    cmd.args(["--jobid", job, "--overlap", "--whole", "--nodes", &n, "--ntasks", &n, "--ntasks-per-node=1"])
         .args(["--nodelist", &list, "--unbuffered", "--kill-on-bad-exit=0", "--export=ALL", "--cpu-bind=none"])
         .arg(format!("--job-name={}", step_name(&template.run)))
         .arg(&template.exe)
