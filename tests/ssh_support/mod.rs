@@ -13,6 +13,8 @@ use std::time::Duration;
 
 pub const SSH_PORT: u16 = 2222;
 static LABS: AtomicU32 = AtomicU32::new(0);
+/// Held while a lab picks its subnet and puts it on its bridge.
+static SUBNETS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 pub struct LabHost {
     pub alias: String,
@@ -100,13 +102,24 @@ impl Lab {
     fn build(n: usize, umask: Option<u32>, homes: bool) -> Lab {
         // Unique among the labs of this process (a test binary has fewer than 16 labs).
         let id = (std::process::id() % 1000) * 16 + LABS.fetch_add(1, Ordering::SeqCst) % 16;
-        let subnet = id % 250 + 1;
         let dir = tempfile::Builder::new().prefix("fds").tempdir_in("/tmp").expect("tempdir");
         let mut lab = Lab { dir, hosts: Vec::new(), bridge: format!("fdbr{id}"), veths: Vec::new(), homes };
         // Leftovers of a crashed run with the same id would make the setup fail.
         let _ = sh(&["ip", "link", "del", &lab.bridge]);
         sh(&["ip", "link", "add", &lab.bridge, "type", "bridge"]).expect("bridge");
-        sh(&["ip", "addr", "add", &format!("10.213.{subnet}.1/24"), "dev", &lab.bridge]).expect("bridge address");
+        let subnet = {
+            // A subnet no interface here has: a lab a killed test process left behind keeps its
+            // bridge and its nodes' namespaces, and a second bridge on the same /24 sent this
+            // lab's connections to that one's sshd-less nodes ("Connection refused").
+            let _choosing = SUBNETS.lock().unwrap_or_else(|p| p.into_inner());
+            let used = sh(&["ip", "-4", "-o", "addr", "show"]).expect("ip addr");
+            let subnet = (0..250)
+                .map(|k| (id + k) % 250 + 1)
+                .find(|n| !used.contains(&format!(" 10.213.{n}.")))
+                .expect("a free 10.213.N.0/24 for the lab");
+            sh(&["ip", "addr", "add", &format!("10.213.{subnet}.1/24"), "dev", &lab.bridge]).expect("bridge address");
+            subnet
+        };
         sh(&["ip", "link", "set", &lab.bridge, "up"]).expect("bridge up");
         std::fs::create_dir_all("/run/sshd").expect("sshd's privilege separation directory");
         let client_key = lab.path().join("id_ed25519");
