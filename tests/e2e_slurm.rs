@@ -52,13 +52,24 @@ fn spawn_until_step(
     args: &[String],
     step: u64,
 ) -> (std::process::Child, impl Iterator<Item = std::io::Result<String>>) {
+    spawn_until(db, c, args, move |l| common::progress_step(l).is_some_and(|s| s >= step))
+}
+
+/// Starts `args` with piped output and reads it until a line `done` accepts; the child and the
+/// rest of its stdout.
+fn spawn_until(
+    db: &Db,
+    c: &Cluster,
+    args: &[String],
+    done: impl Fn(&str) -> bool,
+) -> (std::process::Child, impl Iterator<Item = std::io::Result<String>>) {
     let mut child = cmd(db, c, args)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("run");
     let mut lines = stdout_lines(&mut child);
-    read_until(&mut lines, |l| common::progress_step(l).is_some_and(|s| s >= step));
+    read_until(&mut lines, done);
     (child, lines)
 }
 
@@ -318,13 +329,7 @@ fn the_agent_steps_hold_every_cpu_the_job_has_on_their_nodes() {
     .expect("recipe");
     let args: Vec<String> =
         ["run", &recipe.display().to_string(), "--headless", "--name", "wait"].map(String::from).into();
-    let mut child = cmd(&db, &c, &args)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run");
-    let mut lines = stdout_lines(&mut child);
-    read_until(&mut lines, |l| l.contains("ranks 8/8 running"));
+    let (mut child, lines) = spawn_until(&db, &c, &args, |l| l.contains("ranks 8/8 running"));
     let out = c.cmd("scontrol", &["-o", "show", "step"]);
     let steps = String::from_utf8_lossy(&out.stdout).to_string();
     let agents: Vec<&str> = steps.lines().filter(|l| l.contains("Name=flightdeck-agents-")).collect();
