@@ -351,12 +351,25 @@ fn each_rank_keeps_its_last_2000_log_lines_live_after_the_end_and_reopened() {
             }
         }
         assert_eq!(store.log_tail(&run.id, 1).unwrap(), want(1, 6000));
+        // A snapshot's read: every rank's last n at once. 2,500 lines reach past the journal
+        // (4,101..6,000 since the compaction at 4,100) into the chunk before it.
+        let tails = store.log_tails(&run.id, &[0, 2, 4], 2500).unwrap();
+        assert_eq!(tails.keys().copied().collect::<Vec<_>>(), [0, 2], "a rank without lines is absent");
+        assert_eq!(tails[&2], (3501..=6000).map(|n| line(2, n)).collect::<Vec<_>>(), "journal and chunk");
+        assert_eq!(
+            store.log_tails(&run.id, &[3], 5).unwrap()[&3],
+            (5996..=6000).map(|n| line(3, n)).collect::<Vec<_>>()
+        );
         w.close_run(&run.id).unwrap();
         assert_eq!(store.log_tail(&run.id, 2).unwrap(), want(2, 6000), "after the end");
     }
     let store = open_store(dir.path()).unwrap();
     for rank in 0..4 {
         assert_eq!(store.log_tail(&run.id, rank).unwrap(), want(rank, 6000), "reopened");
+    }
+    let tails = store.log_tails(&run.id, &[0, 1, 2, 3], 20).unwrap();
+    for (rank, tail) in tails {
+        assert_eq!(tail, (5981..=6000).map(|n| line(rank, n)).collect::<Vec<_>>(), "rank {rank}'s newest chunk");
     }
     let counts = store.log_line_counts(&run.id).unwrap();
     assert_eq!(counts.into_iter().collect::<Vec<_>>(), [(0, 6000), (1, 6000), (2, 6000), (3, 6000)]);

@@ -162,23 +162,56 @@ impl LogJournals {
 impl Store {
     /// The last `LOG_TAIL_LINES` lines of one rank, oldest first.
     pub fn log_tail(&self, run: &RunId, rank: u32) -> Result<Vec<String>, StoreError> {
-        let corrupt = |what: &str, e: Malformed| StoreError::Corrupt {
+        let mut tails = self.log_tails(run, &[rank], LOG_TAIL_LINES as usize)?;
+        Ok(tails.remove(&rank).unwrap_or_default())
+    }
+
+    /// The last `n` lines of each of `ranks`, oldest first (a rank with none is absent). The
+    /// run's journal holds every rank's recent lines together, so it is decoded once for all
+    /// ranks (once per rank made a 1,024-rank snapshot decode it 1,024 times); each rank's
+    /// chunks are read newest first, only as far as its `n` lines reach.
+    pub fn log_tails(&self, run: &RunId, ranks: &[u32], n: usize) -> Result<BTreeMap<u32, Vec<String>>, StoreError> {
+        let corrupt = |what: &str, rank: Option<u32>, e: Malformed| StoreError::Corrupt {
             tree: "logs",
-            reason: format!("{what} of run {run} rank {rank}: {}", e.0),
+            reason: match rank {
+                Some(rank) => format!("{what} of run {run} rank {rank}: {}", e.0),
+                None => format!("{what} of run {run}: {}", e.0),
+            },
         };
+        let keep = |lines: &mut BTreeMap<u64, String>| {
+            while lines.len() > n {
+                lines.pop_first();
+            }
+        };
+        let wanted: HashSet<u32> = ranks.iter().copied().collect();
         // The journal first: a compaction after this read leaves its lines in the chunks.
-        let mut recent = Vec::new();
+        let mut recent: HashMap<u32, BTreeMap<u64, String>> = HashMap::new();
         for kv in self.logs.scan_prefix(journal_prefix(run)) {
-            let lines = decode_entry(&kv?.1).map_err(|e| corrupt("a log journal entry", e))?;
-            recent.extend(lines.into_iter().filter(|l| l.0 == rank).map(|l| (l.1, l.2)));
+            let lines = decode_entry(&kv?.1).map_err(|e| corrupt("a log journal entry", None, e))?;
+            for (rank, number, line) in lines.into_iter().filter(|l| wanted.contains(&l.0)) {
+                let mine = recent.entry(rank).or_default();
+                mine.insert(number, line);
+                keep(mine);
+            }
         }
-        let mut by_n: BTreeMap<u64, String> = BTreeMap::new();
-        for kv in self.logs.scan_prefix(chunk_prefix(run, rank)) {
-            by_n.extend(decode_chunk(&kv?.1).map_err(|e| corrupt("a log chunk", e))?);
+        let mut out = BTreeMap::new();
+        for &rank in &wanted {
+            let mut by_n: BTreeMap<u64, String> = BTreeMap::new();
+            // Chunks hold consecutive, disjoint spans keyed by their first number: once `n`
+            // lines are read, every older chunk's lines are older than all of them.
+            for kv in self.logs.scan_prefix(chunk_prefix(run, rank)).rev() {
+                by_n.extend(decode_chunk(&kv?.1).map_err(|e| corrupt("a log chunk", Some(rank), e))?);
+                if by_n.len() >= n {
+                    break;
+                }
+            }
+            by_n.extend(recent.remove(&rank).unwrap_or_default());
+            keep(&mut by_n);
+            if !by_n.is_empty() {
+                out.insert(rank, by_n.into_values().collect());
+            }
         }
-        by_n.extend(recent);
-        let skip = by_n.len().saturating_sub(LOG_TAIL_LINES as usize);
-        Ok(by_n.into_values().skip(skip).collect())
+        Ok(out)
     }
 
     /// The newest line number stored for each rank of a run, so a tracker made again after a

@@ -42,15 +42,13 @@ pub fn snapshot(store: &crate::store::Store, id: &RunId) -> anyhow::Result<crate
         }
     }
     let mut collectives = Vec::new();
-    let mut logs = Vec::new();
-    let lines_per_rank = (SNAPSHOT_LOG_LINES / ranks.len().max(1)).clamp(20, 500);
     for &r in &ranks {
         let mut recs = store.collectives(id, r)?;
         recs.drain(..recs.len().saturating_sub(SNAPSHOT_COLLECTIVES));
         collectives.push((r, recs));
-        let mut tail = store.log_tail(id, r)?;
-        tail.drain(..tail.len().saturating_sub(lines_per_rank));
-        logs.push((r, tail));
     }
+    let lines_per_rank = (SNAPSHOT_LOG_LINES / ranks.len().max(1)).clamp(20, 500);
+    let mut tails = store.log_tails(id, &ranks, lines_per_rank)?;
+    let logs = ranks.iter().map(|r| (*r, tails.remove(r).unwrap_or_default())).collect();
     Ok(crate::protocol::RunSnapshot { detail, series, collectives, logs })
 }

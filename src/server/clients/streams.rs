@@ -119,9 +119,16 @@ pub async fn open(wr: &mut OwnedWriteHalf, shared: &Shared, query: &str) -> anyh
     let rx = lock(&shared.registry).get(&id).map(|l| l.frames.subscribe());
     let store = shared.store.clone();
     let id2 = id.clone();
+    let read_at = std::time::Instant::now();
     let snap = tokio::task::spawn_blocking(move || snapshot(&store, &id2)).await?;
     match snap {
-        Ok(s) => write_frame_async(wr, &Reply::Snapshot(Box::new(s))).await?,
+        Ok(s) => {
+            // Said, because a cockpit that keeps falling behind reopens, and each reopen reads
+            // the snapshot again: the log shows how often and at what cost.
+            let read_ms = read_at.elapsed().as_millis();
+            tracing::info!("run {id}: snapshot for a client read in {read_ms} ms");
+            write_frame_async(wr, &Reply::Snapshot(Box::new(s))).await?
+        }
         Err(e) => return Ok(write_frame_async(wr, &Reply::Error { message: format!("{e:#}") }).await?),
     }
     if let Some(rx) = rx {
