@@ -112,6 +112,20 @@ fn a_ddp_rank_asleep_before_a_collective_is_named_with_group_seq_op_line_and_its
     let ms = v["detected_ms"].as_u64().unwrap().saturating_sub(injected_ms(&db, &id));
     println!("detection latency [torch never-entered]: {ms} ms from the injected fault to the verdict");
 
+    // Each rank's shim keeps its own account beside its dumps: the first full dump at least.
+    for rank in 0..2 {
+        let path = db.path().join("runs").join(&id).join(format!("fr/shim_rank_{rank}.cost.json"));
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let cost: Value = serde_json::from_str(&text).unwrap();
+        assert!(cost["full_dumps"].as_u64().unwrap() >= 1, "rank {rank}: {cost}");
+        assert!(cost["full_cpu_ms"].as_f64().unwrap() > 0.0, "rank {rank}: {cost}");
+        assert!(
+            cost["thread_cpu_ms"].as_f64().unwrap() >= cost["full_cpu_ms"].as_f64().unwrap(),
+            "rank {rank}: {cost}"
+        );
+        assert!(cost["wall_ms"].as_f64().unwrap() > 0.0, "rank {rank}: {cost}");
+    }
+
     // The incident report carries the recorders' summary.
     let md = std::fs::read_to_string(v["report_path"].as_str().expect("a report")).unwrap();
     assert!(md.contains("## Flight recorders (PyTorch)"), "{md}");

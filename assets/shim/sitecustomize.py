@@ -13,13 +13,19 @@ completed sequence, microseconds) and writes
   shim_nccl_rank_<RANK>.pkl, and every Python thread's stack into shim_rank_<RANK>.stacks.json
   ({"t_ms", "pid", "threads": [{"name", "id", "main", "frames": [{"name", "file", "line"}]}]}),
   on the first tick, when the status has not moved since the last tick (a rank that waits, or
-  never arrives: the verdicts need its entries and stacks) and was not dumped so yet, and every
-  FLIGHTDECK_SHIM_FULL_EVERY_MS (default 5000) for the collectives' records;
+  never arrives: the verdicts need its entries and stacks) and was not dumped so yet, and for
+  the collectives' records every FLIGHTDECK_SHIM_FULL_EVERY_MS (default 5000) or, when a dump
+  takes longer, as often as keeps the periodic dumps' CPU time within
+  FLIGHTDECK_SHIM_BUDGET_PCT of the rank's time (default 0.2: a 28 ms dump, every 14 s);
 - else, when the status moved, the status alone into shim_rank_<RANK>.pkl (progress for hang
-  detection; the agent names its groups from the full dumps before it).
+  detection; the agent names its groups from the full dumps before it);
+- and what the shim has cost the rank into shim_rank_<RANK>.cost.json after each full dump and
+  at exit ({"wall_ms": since torch.distributed was up, "thread_cpu_ms": its thread's CPU time,
+  "full_dumps", "full_cpu_ms"}), so its share of the rank's time is a division, not a guess.
 
-A full dump of a 2000-entry ring pickles every entry with its frames (about 17 ms and 250 KB on
-a 2-core machine, holding the GIL); the status is a few hundred bytes. Each file is written to a
+A full dump of a 2000-entry ring pickles every entry with its frames (17 to 28 ms and 250 KB on
+a 2-core machine, holding the GIL; without the frames it costs the same); the status is a few
+hundred bytes. Each file is written to a
 temporary file and renamed, so a reader never sees half a file. A rank blocked
 in a collective still dumps: PyTorch releases the GIL while it waits. It also answers on the
 Unix socket FLIGHTDECK_SHIM_DIR/shim_rank_<RANK>.sock (RANK is torch.distributed.get_rank()), one line per request: "dump" (write both
@@ -48,6 +54,7 @@ def _flightdeck_shim():
         return
     interval_s = max(0.05, int(os.environ.get("FLIGHTDECK_SHIM_INTERVAL_MS", "1000")) / 1000.0)
     full_every_s = max(interval_s, int(os.environ.get("FLIGHTDECK_SHIM_FULL_EVERY_MS", "5000")) / 1000.0)
+    budget = max(0.0001, float(os.environ.get("FLIGHTDECK_SHIM_BUDGET_PCT", "0.2")) / 100.0)
     lock = threading.Lock()
     # Set once torch.distributed is up: a launcher (torchrun) or a data-loader worker spawned
     # with the same environment never initialises it, so never dumps nor takes the socket.
@@ -100,30 +107,57 @@ def _flightdeck_shim():
                     written.append(path)
         return written
 
+    cost = {"wall_ms": 0.0, "thread_cpu_ms": 0.0, "full_dumps": 0, "full_cpu_ms": 0.0}
+
+    def put_cost():
+        if where:
+            cost["wall_ms"] = round((time.monotonic() - where["since"]) * 1000.0, 3)
+            put(where["stem"] + ".cost.json", json.dumps(cost).encode())
+
+    def at_exit():
+        try:
+            with lock:
+                put_cost()
+        except Exception:
+            pass
+
     def periodic():
+        import atexit
+
+        atexit.register(at_exit)
         complained = False
-        # The status at the last tick, at the last full dump, and when that was.
-        last, dumped, dumped_at = None, None, 0.0
+        # The status at the last tick, at the last full dump, when that was, and how long until
+        # the next periodic one (longer when a dump costs more than the budget allows).
+        last, dumped, dumped_at, full_s = None, None, 0.0, full_every_s
         while True:
             time.sleep(interval_s)
             if not distributed():
                 continue
             if not where:
                 rank = str(sys.modules["torch.distributed"].get_rank())
-                where.update(rank=rank, stem=os.path.join(out, "shim_rank_" + rank))
+                where.update(rank=rank, stem=os.path.join(out, "shim_rank_" + rank), since=time.monotonic())
                 threading.Thread(target=serve, name="flightdeck-shim-socket", daemon=True).start()
             try:
                 c10d = sys.modules["torch"]._C._distributed_c10d
                 status = c10d._dump_fr_trace(False, False)
                 now = time.monotonic()
                 stalled = status == last and status != dumped
-                if dumped is None or stalled or now - dumped_at >= full_every_s:
+                if dumped is None or stalled or now - dumped_at >= full_s:
+                    cpu = time.thread_time()
                     dump()
+                    took_s = time.thread_time() - cpu
+                    full_s = max(full_every_s, took_s / budget)
                     dumped, dumped_at = status, now
+                    cost["full_dumps"] += 1
+                    cost["full_cpu_ms"] = round(cost["full_cpu_ms"] + took_s * 1000.0, 3)
+                    cost["thread_cpu_ms"] = round(time.thread_time() * 1000.0, 3)
+                    with lock:
+                        put_cost()
                 elif status != last:
                     with lock:
                         put(where["stem"] + ".pkl", status)
                 last = status
+                cost["thread_cpu_ms"] = round(time.thread_time() * 1000.0, 3)
             except Exception:
                 if not complained:
                     complained = True

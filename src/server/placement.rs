@@ -250,7 +250,7 @@ async fn start_slurm(
             };
             let allocation = crate::slurm::alloc::obtain(&slurm, &recipe, &run, &dir, &notes)?;
             notes(&format!("Slurm job {} runs on {}", allocation.job, allocation.nodes.join(", ")));
-            match start_slurm_agents(&slurm, &allocation, &run, &recipe, &dir, from) {
+            match start_slurm_agents(&slurm, &allocation, &run, &recipe, &dir, from, &notes) {
                 Ok(agents) => Ok(SlurmNodes { slurm, allocation, agents, remote_dir: Some(remote_dir), grace_s }),
                 Err(e) => {
                     let nodes = SlurmNodes { slurm, allocation, agents: Vec::new(), remote_dir: None, grace_s };
@@ -289,18 +289,23 @@ fn start_slurm_agents(
     recipe: &Recipe,
     dir: &std::path::Path,
     from: StartFrom,
+    notes: &dyn Fn(&str),
 ) -> anyhow::Result<Vec<TcpAgent>> {
     use crate::slurm::agents;
+    let began = std::time::Instant::now();
     // Slurm's NodeAddr of the first node: where every node reaches it (its hostname may not
     // resolve, or be the same on every node). Each node fills in its own part (`slurm::node`).
     let mut template = run_spec(run, recipe, &allocation.addrs[0], from)?;
     let limit = std::time::Duration::from_secs(recipe.cluster.ssh.command_timeout_s);
     let job = &allocation.job;
     let mut ready = agents::start(slurm, job, &allocation.nodes[..1], 0, &template, dir, limit)?;
+    notes(&format!("the agent on {} is ready after {:.1} s", allocation.nodes[0], began.elapsed().as_secs_f64()));
     template.master_port = ready[0].store_port;
     template.program_port = ready[0].program_port;
-    if allocation.nodes.len() > 1 {
-        ready.extend(agents::start(slurm, job, &allocation.nodes[1..], 1, &template, dir, limit)?);
+    if let Some(rest) = allocation.nodes.get(1..).filter(|rest| !rest.is_empty()) {
+        ready.extend(agents::start(slurm, job, rest, 1, &template, dir, limit)?);
+        let secs = began.elapsed().as_secs_f64();
+        notes(&format!("the agents on {} more node(s) are ready after {secs:.1} s", rest.len()));
     }
     Ok(ready
         .iter()
