@@ -4,8 +4,8 @@
 //! no job and no process; Slurm's time-limit warning stops a run with a checkpoint and recovery
 //! resubmits it to finish bit-exact; a hang on the second node's rank is named with that node;
 //! a node whose slurmd and processes die is a `node-lost` verdict naming it, before
-//! Slurm itself marks it down; the agent steps hold every CPU the job has on their nodes. Slots
-//! 0 to 9 are this file's.
+//! Slurm itself marks it down; the agent steps hold every CPU the job has on their nodes; an
+//! agents' srun that fails is tried once more. Slots 0 to 9 are this file's.
 mod common;
 #[allow(dead_code)]
 #[path = "common/slurm.rs"]
@@ -340,6 +340,67 @@ fn the_agent_steps_hold_every_cpu_the_job_has_on_their_nodes() {
             "each agent step holds its node's 4 CPUs: {step}"
         );
     }
+    common::ok(&db.run(&["kill", "wait"]));
+    let _rest: Vec<String> = lines.map_while(Result::ok).collect();
+    child.wait().expect("wait");
+    assert_eq!(db.json(&["show", "wait", "--json"])["run"]["status"], "killed");
+    assert_nothing_left(&c);
+    db.finish();
+}
+
+#[test]
+fn an_agents_srun_that_fails_is_tried_once_more_and_the_run_starts() {
+    let test = "an_agents_srun_that_fails_is_tried_once_more_and_the_run_starts";
+    let Some(c) = Cluster::start_or_skip(test, 2, 5) else { return };
+    let db = Db::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    // An srun first on the server's PATH that fails the first agents' step it is asked for, as
+    // Slurm's own trouble does under load ("Unexpected missing socket error"), and is the real
+    // srun for everything else.
+    let real = String::from_utf8_lossy(
+        &std::process::Command::new("sh").args(["-c", "command -v srun"]).output().expect("sh").stdout,
+    )
+    .trim()
+    .to_string();
+    assert!(!real.is_empty(), "a cluster started, so srun is on PATH");
+    let bin = dir.path().join("bin");
+    std::fs::create_dir_all(&bin).expect("bin");
+    let failed = dir.path().join("failed");
+    let wrapper = bin.join("srun");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\ncase \"$*\" in *\"agent slurm\"*) if [ ! -e {failed:?} ]; then : > {failed:?}; \
+             echo 'srun: error: injected by the test' >&2; exit 1; fi;; esac\nexec {real:?} \"$@\"\n"
+        ),
+    )
+    .expect("wrapper");
+    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    let recipe = dir.path().join("wait.toml");
+    std::fs::write(
+        &recipe,
+        format!(
+            "name = \"wait\"\nkind = \"command\"\n[command]\nargv = [\"sleep\", \"600\"]\n\
+             [cluster]\nlauncher = \"slurm\"\nnodes = 2\nranks_per_node = 1\nremote_dir = {:?}\n",
+            dir.path().join("nodes").display().to_string()
+        ),
+    )
+    .expect("recipe");
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let mut child =
+        cmd(&db, &c, &["run", &recipe.display().to_string(), "--headless", "--name", "wait"].map(String::from))
+            .env("PATH", path)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run");
+    let mut lines = stdout_lines(&mut child);
+    read_until(&mut lines, |l| l.contains("ranks 2/2 running"));
+    assert!(failed.exists(), "the wrapper failed the first agents' step");
+    let log = std::fs::read_to_string(db.path().join("server.log")).expect("server.log");
+    assert!(log.contains("injected by the test") && log.contains("trying once more"), "{log}");
+    let run_dir = db.path().join("runs").join(db.json(&["show", "wait", "--json"])["run"]["id"].as_str().expect("id"));
+    assert!(run_dir.join("slurm-agents-0-again.out").exists(), "the second try has files of its own");
     common::ok(&db.run(&["kill", "wait"]));
     let _rest: Vec<String> = lines.map_while(Result::ok).collect();
     child.wait().expect("wait");

@@ -298,12 +298,15 @@ fn start_slurm_agents(
     let mut template = run_spec(run, recipe, &allocation.addrs[0], from)?;
     let limit = std::time::Duration::from_secs(recipe.cluster.ssh.command_timeout_s);
     let job = &allocation.job;
-    let mut ready = agents::start(slurm, job, &allocation.nodes[..1], 0, &template, dir, limit)?;
+    let first =
+        agents::Wave { job, nodes: &allocation.nodes[..1], offset: 0, template: &template, run_dir: dir, limit };
+    let mut ready = agents::start(slurm, &first, notes)?;
     notes(&format!("the agent on {} is ready after {:.1} s", allocation.nodes[0], began.elapsed().as_secs_f64()));
     template.master_port = ready[0].store_port;
     template.program_port = ready[0].program_port;
     if let Some(rest) = allocation.nodes.get(1..).filter(|rest| !rest.is_empty()) {
-        ready.extend(agents::start(slurm, job, rest, 1, &template, dir, limit)?);
+        let wave = agents::Wave { job, nodes: rest, offset: 1, template: &template, run_dir: dir, limit };
+        ready.extend(agents::start(slurm, &wave, notes)?);
         let secs = began.elapsed().as_secs_f64();
         notes(&format!("the agents on {} more node(s) are ready after {secs:.1} s", rest.len()));
     }

@@ -53,17 +53,33 @@ pub fn step_name(run: &crate::ids::RunId) -> String {
     format!("flightdeck-agents-{run}")
 }
 
-/// Starts one agent on each of `nodes` (node indices from `offset`) and waits for all their
-/// ready lines, in `nodes`' order; bounded by `limit` once srun runs.
-pub fn start(
-    slurm: &Slurm,
-    job: &str,
-    nodes: &[String],
-    offset: usize,
-    template: &AgentSpec,
-    run_dir: &Path,
-    limit: Duration,
-) -> Result<Vec<Ready>, SlurmError> {
+/// One launch wave: an agent on each of `nodes`, their node indices counted from `offset`.
+pub struct Wave<'a> {
+    pub job: &'a str,
+    pub nodes: &'a [String],
+    pub offset: usize,
+    pub template: &'a AgentSpec,
+    pub run_dir: &'a Path,
+    /// How long the agents have to be ready once srun runs.
+    pub limit: Duration,
+}
+
+/// Starts a wave's agents and waits for all their ready lines, in `nodes`' order. An srun that
+/// exits before its agents are ready (Slurm's own trouble: "Unexpected missing socket error"
+/// under load) takes its step with it, so the wave is tried once more, said through `notes`.
+pub fn start(slurm: &Slurm, wave: &Wave, notes: &dyn Fn(&str)) -> Result<Vec<Ready>, SlurmError> {
+    match start_once(slurm, wave, "") {
+        Err(SlurmError::Failed { stderr, .. }) => {
+            notes(&format!("the agents' srun on {} node(s) failed ({stderr}); trying once more", wave.nodes.len()));
+            start_once(slurm, wave, "-again")
+        }
+        other => other,
+    }
+}
+
+/// One try of `start`; its files are `slurm-agents-OFFSET{suffix}.out` and `.err`.
+fn start_once(slurm: &Slurm, wave: &Wave, suffix: &str) -> Result<Vec<Ready>, SlurmError> {
+    let Wave { job, nodes, offset, template, run_dir, limit } = *wave;
     let spec =
         serde_json::to_string(template).map_err(|e| SlurmError::Refused(format!("encoding the agent spec: {e}")))?;
     if spec.len() > MAX_SPEC_BYTES {
@@ -74,8 +90,8 @@ pub fn start(
             MAX_SPEC_BYTES / 1024
         )));
     }
-    let out_path = run_dir.join(format!("slurm-agents-{offset}.out"));
-    let err_path = run_dir.join(format!("slurm-agents-{offset}.err"));
+    let out_path = run_dir.join(format!("slurm-agents-{offset}{suffix}.out"));
+    let err_path = run_dir.join(format!("slurm-agents-{offset}{suffix}.err"));
     let file = |p: &PathBuf| {
         std::fs::File::create(p).map_err(|e| SlurmError::Refused(format!("creating {}: {e}", p.display())))
     };
@@ -118,7 +134,14 @@ pub fn start(
         let missing: Vec<&str> =
             nodes.iter().filter(|n| !ready.iter().any(|r| &r.node == *n)).map(String::as_str).collect();
         let why = match status {
-            Some(status) => format!("srun exited ({status}) before the agents on {} were ready", missing.join(", ")),
+            Some(status) => {
+                let tail = crate::detach::log_tail(&err_path, 5);
+                return Err(SlurmError::Failed {
+                    command: format!("srun (the agents' step, {})", out_path.display()),
+                    code: status.code().unwrap_or(-1),
+                    stderr: format!("it exited before the agents on {} were ready; {tail}", missing.join(", ")),
+                });
+            }
             None if Instant::now() >= deadline => {
                 format!("the agents on {} were not ready within {} s", missing.join(", "), limit.as_secs())
             }
