@@ -118,6 +118,37 @@ fn assert_nothing_left(c: &Cluster) {
     }
 }
 
+/// A recipe in `dir` whose ranks only wait, `ranks_per_node` on each of 2 Slurm nodes; the
+/// arguments that run it headless as run "wait".
+fn wait_run(dir: &std::path::Path, ranks_per_node: u32) -> Vec<String> {
+    let recipe = dir.join("wait.toml");
+    std::fs::write(
+        &recipe,
+        format!(
+            "name = \"wait\"\nkind = \"command\"\n[command]\nargv = [\"sleep\", \"600\"]\n\
+             [cluster]\nlauncher = \"slurm\"\nnodes = 2\nranks_per_node = {ranks_per_node}\nremote_dir = {:?}\n",
+            dir.join("nodes").display().to_string()
+        ),
+    )
+    .expect("recipe");
+    ["run", &recipe.display().to_string(), "--headless", "--name", "wait"].map(String::from).into()
+}
+
+/// Kills run "wait", reads its client to the end, and checks it ended killed, leaving nothing.
+fn kill_wait(
+    db: &Db,
+    c: &Cluster,
+    mut child: std::process::Child,
+    lines: impl Iterator<Item = std::io::Result<String>>,
+) {
+    common::ok(&db.run(&["kill", "wait"]));
+    let _rest: Vec<String> = lines.map_while(Result::ok).collect();
+    child.wait().expect("wait");
+    assert_eq!(db.json(&["show", "wait", "--json"])["run"]["status"], "killed");
+    assert_nothing_left(c);
+    db.finish();
+}
+
 #[test]
 fn tiny_gpt_on_two_slurm_nodes_matches_a_local_run_and_kill_leaves_nothing() {
     let test = "tiny_gpt_on_two_slurm_nodes_matches_a_local_run_and_kill_leaves_nothing";
@@ -316,20 +347,8 @@ fn the_agent_steps_hold_every_cpu_the_job_has_on_their_nodes() {
     // the one CPU its single task would get where steps are exact (task/cgroup would confine
     // the ranks to it). Slurm 22.05 gives a step the job's CPUs by default; the launch asks for
     // them (--whole) whatever a site's default is.
-    let recipe = dir.path().join("wait.toml");
-    let nodes = dir.path().join("nodes");
-    std::fs::write(
-        &recipe,
-        format!(
-            "name = \"wait\"\nkind = \"command\"\n[command]\nargv = [\"sleep\", \"600\"]\n\
-             [cluster]\nlauncher = \"slurm\"\nnodes = 2\nranks_per_node = 4\nremote_dir = {:?}\n",
-            nodes.display().to_string()
-        ),
-    )
-    .expect("recipe");
-    let args: Vec<String> =
-        ["run", &recipe.display().to_string(), "--headless", "--name", "wait"].map(String::from).into();
-    let (mut child, lines) = spawn_until(&db, &c, &args, |l| l.contains("ranks 8/8 running"));
+    let args = wait_run(dir.path(), 4);
+    let (child, lines) = spawn_until(&db, &c, &args, |l| l.contains("ranks 8/8 running"));
     let out = c.cmd("scontrol", &["-o", "show", "step"]);
     let steps = String::from_utf8_lossy(&out.stdout).to_string();
     let agents: Vec<&str> = steps.lines().filter(|l| l.contains("Name=flightdeck-agents-")).collect();
@@ -340,12 +359,7 @@ fn the_agent_steps_hold_every_cpu_the_job_has_on_their_nodes() {
             "each agent step holds its node's 4 CPUs: {step}"
         );
     }
-    common::ok(&db.run(&["kill", "wait"]));
-    let _rest: Vec<String> = lines.map_while(Result::ok).collect();
-    child.wait().expect("wait");
-    assert_eq!(db.json(&["show", "wait", "--json"])["run"]["status"], "killed");
-    assert_nothing_left(&c);
-    db.finish();
+    kill_wait(&db, &c, child, lines);
 }
 
 #[test]
@@ -376,24 +390,13 @@ fn an_agents_srun_that_fails_is_tried_once_more_and_the_run_starts() {
     )
     .expect("wrapper");
     std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
-    let recipe = dir.path().join("wait.toml");
-    std::fs::write(
-        &recipe,
-        format!(
-            "name = \"wait\"\nkind = \"command\"\n[command]\nargv = [\"sleep\", \"600\"]\n\
-             [cluster]\nlauncher = \"slurm\"\nnodes = 2\nranks_per_node = 1\nremote_dir = {:?}\n",
-            dir.path().join("nodes").display().to_string()
-        ),
-    )
-    .expect("recipe");
     let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
-    let mut child =
-        cmd(&db, &c, &["run", &recipe.display().to_string(), "--headless", "--name", "wait"].map(String::from))
-            .env("PATH", path)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("run");
+    let mut child = cmd(&db, &c, &wait_run(dir.path(), 1))
+        .env("PATH", path)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run");
     let mut lines = stdout_lines(&mut child);
     read_until(&mut lines, |l| l.contains("ranks 2/2 running"));
     assert!(failed.exists(), "the wrapper failed the first agents' step");
@@ -401,10 +404,5 @@ fn an_agents_srun_that_fails_is_tried_once_more_and_the_run_starts() {
     assert!(log.contains("injected by the test") && log.contains("trying once more"), "{log}");
     let run_dir = db.path().join("runs").join(db.json(&["show", "wait", "--json"])["run"]["id"].as_str().expect("id"));
     assert!(run_dir.join("slurm-agents-0-again.out").exists(), "the second try has files of its own");
-    common::ok(&db.run(&["kill", "wait"]));
-    let _rest: Vec<String> = lines.map_while(Result::ok).collect();
-    child.wait().expect("wait");
-    assert_eq!(db.json(&["show", "wait", "--json"])["run"]["status"], "killed");
-    assert_nothing_left(&c);
-    db.finish();
+    kill_wait(&db, &c, child, lines);
 }
