@@ -89,16 +89,23 @@ fn a_command_run_printing_hf_lines_has_both_ranks_losses_and_rank_1s_failure_as_
     db.finish();
 }
 
-/// Every fixture under tests/fixtures/logs: `parse-log` prints exactly its expected records.
+/// Every fixture under tests/fixtures/logs (subfolders too): `parse-log` prints exactly its expected records.
 #[test]
 fn parse_log_prints_every_fixtures_expected_records() {
-    let dir = repo().join("tests/fixtures/logs");
-    let mut checked = 0;
-    for entry in std::fs::read_dir(&dir).expect("tests/fixtures/logs") {
-        let log = entry.unwrap().path();
-        if log.extension().is_none_or(|e| e != "log") {
-            continue;
+    fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).expect("tests/fixtures/logs") {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "log") {
+                out.push(path);
+            }
         }
+    }
+    let mut logs = Vec::new();
+    walk(&repo().join("tests/fixtures/logs"), &mut logs);
+    let mut checked = 0;
+    for log in logs {
         let expected_path = log.with_extension("expected.jsonl");
         let expected =
             std::fs::read_to_string(&expected_path).unwrap_or_else(|e| panic!("{}: {e}", expected_path.display()));
