@@ -43,6 +43,8 @@ pub enum RecordKind {
     Progress,
     TrainSummary,
     Event,
+    /// A fact that is not a failure (NCCL's version and init lines): `failures.rs` labels only.
+    Info,
 }
 
 /// String or integer context of a record (tqdm's desc/n/total, an event's name and rank).
