@@ -13,6 +13,7 @@ pub mod failures;
 pub mod fatal;
 mod hf;
 pub mod json;
+mod llmc;
 mod megatron;
 mod nanogpt;
 mod openrlhf;
@@ -108,12 +109,14 @@ pub enum Format {
     Openrlhf,
     Torchtitan,
     Nanogpt,
+    /// llm.c's C/CUDA trainers, its PyTorch reference and its `main.log`.
+    Llmc,
     /// torchrun's ChildFailedError, NCCL watchdog timeouts, CUDA OOM: any framework's failures.
     Failures,
 }
 
 impl Format {
-    pub const ALL: [Format; 9] = [
+    pub const ALL: [Format; 10] = [
         Format::Megatron,
         Format::Deepspeed,
         Format::Hf,
@@ -122,6 +125,7 @@ impl Format {
         Format::Openrlhf,
         Format::Torchtitan,
         Format::Nanogpt,
+        Format::Llmc,
         Format::Failures,
     ];
 
@@ -135,6 +139,7 @@ impl Format {
             Format::Openrlhf => "openrlhf",
             Format::Torchtitan => "torchtitan",
             Format::Nanogpt => "nanogpt",
+            Format::Llmc => "llmc",
             Format::Failures => "failures",
         }
     }
@@ -219,11 +224,12 @@ pub struct LogReader {
 }
 
 /// The metric adapters `auto` asks, most specific first (each checks a cheap prefix first).
-const AUTO: [Format; 8] = [
+const AUTO: [Format; 9] = [
     Format::Megatron,
     Format::Deepspeed,
     Format::Torchtitan,
     Format::Verl,
+    Format::Llmc,
     Format::Nanogpt,
     Format::Hf,
     Format::Openrlhf,
@@ -293,6 +299,7 @@ fn parse(format: Format, line: u64, text: &str) -> Option<Record> {
         Format::Openrlhf => openrlhf::parse(line, text),
         Format::Torchtitan => torchtitan::parse(line, text),
         Format::Nanogpt => nanogpt::parse(line, text),
+        Format::Llmc => llmc::parse(line, text),
         Format::Failures => None,
     }
 }
@@ -313,7 +320,10 @@ fn nan_loss(record: &Record) -> Option<Record> {
 /// The cockpit's standard series a training step also writes, where the framework's metric
 /// means the same: the first of each list that the record has.
 const STANDARD: [(&str, &[(&str, f64)]); 5] = [
-    ("loss", &[("loss", 1.0), ("lm_loss", 1.0), ("train_loss", 1.0), ("train/loss", 1.0)]),
+    (
+        "loss",
+        &[("loss", 1.0), ("lm_loss", 1.0), ("train_loss", 1.0), ("train/loss", 1.0), ("trl", 1.0), ("loss/mean", 1.0)],
+    ),
     (
         "step_time_ms",
         &[
@@ -322,11 +332,22 @@ const STANDARD: [(&str, &[(&str, f64)]); 5] = [
             ("time_ms", 1.0),
             ("timing_s/step", 1000.0),
             ("perf/time_per_step", 1000.0),
+            ("step_avg_ms", 1.0),
         ],
     ),
-    ("tokens_per_s", &[("tps", 1.0), ("perf/throughput", 1.0), ("tokens_per_second", 1.0)]),
-    ("lr", &[("lr", 1.0), ("learning_rate", 1.0), ("actor_lr", 1.0), ("actor/lr", 1.0)]),
-    ("grad_norm", &[("grad_norm", 1.0), ("actor/grad_norm", 1.0)]),
+    (
+        "tokens_per_s",
+        &[
+            ("tps", 1.0),
+            ("perf/throughput", 1.0),
+            ("tokens_per_second", 1.0),
+            ("wps", 1.0),
+            ("tok/s", 1.0),
+            ("perf/trainer/tokens_per_second_full_step", 1.0),
+        ],
+    ),
+    ("lr", &[("lr", 1.0), ("learning_rate", 1.0), ("actor_lr", 1.0), ("actor/lr", 1.0), ("trainer/lr", 1.0)]),
+    ("grad_norm", &[("grad_norm", 1.0), ("actor/grad_norm", 1.0), ("norm", 1.0), ("trainer/grad_norm/mean", 1.0)]),
 ];
 
 /// The cockpit's standard series a record also writes, where the framework's metric means the
