@@ -462,6 +462,7 @@ const STANDARD: [(&str, &[(&str, f64)]); 5] = [
             ("step_time_ms", 1.0),
             ("elapsed_time_per_iteration_ms", 1.0),
             ("time_ms", 1.0),
+            ("iter_time_s", 1000.0),
             ("timing_s/step", 1000.0),
             ("perf/time_per_step", 1000.0),
         ],
