@@ -40,6 +40,7 @@ pub enum Wrapper {
     Ray,
     Logger,
     Pdsh,
+    Stream,
 }
 
 impl Wrapper {
@@ -55,6 +56,7 @@ impl Wrapper {
             Wrapper::Ray => "Ray's worker prefix",
             Wrapper::Logger => "a logging header",
             Wrapper::Pdsh => "pdsh's host prefix",
+            Wrapper::Stream => "a stream's name",
         }
     }
 }
@@ -114,7 +116,8 @@ pub fn pdsh_host(text: &str) -> Option<(usize, &str)> {
         && host.len() <= 64
         && host.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'))
         && host.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
-        && !host.bytes().all(|b| b.is_ascii_digit());
+        && !host.bytes().all(|b| b.is_ascii_digit())
+        && !matches!(host, "stdout" | "stderr");
     plausible.then_some((colon + 2, host))
 }
 
@@ -171,6 +174,8 @@ fn wrapper(s: &str, origin: &mut Origin) -> Option<(usize, Wrapper)> {
             timestamp_led(t, origin).or_else(|| srun(t, origin)).or_else(|| glog(t))
         }
         b'A'..=b'Z' => level_colon(t).or_else(|| glog(t)).or_else(|| syslog(t, origin)).or_else(|| srun_het(t, origin)),
+        // A pipe's name before its lines (`stdout: `, as some schedulers and notebooks print).
+        b's' => ["stdout:", "stderr:"].iter().find(|p| t.starts_with(**p)).map(|p| (p.len(), Wrapper::Stream)),
         _ => None,
     }?;
     let (len, kind) = found;
@@ -670,6 +675,8 @@ mod tests {
         assert_eq!(msg("05/01/2024 12:00:00 - INFO - __main__ - epoch 0: {'f1': 0.5}"), "epoch 0: {'f1': 0.5}");
         assert_eq!(msg("2024-05-01 12:00:00.123 | INFO     | slime.train:step:12 - Step 3 | Loss: 1"), "Step 3 | Loss: 1");
         assert_eq!(msg("INFO:root:step 1"), "step 1");
+        let c = line("stdout: [2022-12-20 08:26:26,101] [INFO] [timer.py:197:stop] 0/17, SamplesPerSec=1.5");
+        assert_eq!((c.text.as_ref(), c.origin.host), ("0/17, SamplesPerSec=1.5", None));
         assert_eq!(
             msg("[2024-05-01 12:00:00,000] [INFO] [logging.py:96:log_dist] [Rank 0] step=10, skipped=0"),
             "[Rank 0] step=10, skipped=0"

@@ -38,6 +38,18 @@ fn fixture_logs() -> Vec<PathBuf> {
     out
 }
 
+/// Where two record lists part: the first differing pair, for a failure message that fits.
+fn first_difference(got: &[serde_json::Value], want: &[serde_json::Value]) -> String {
+    let at = got.iter().zip(want).position(|(a, b)| a != b).unwrap_or(got.len().min(want.len()));
+    format!(
+        "{} records, {} expected; first difference:\n  got  {}\n  want {}",
+        got.len(),
+        want.len(),
+        got.get(at).map_or("(none)".to_string(), ToString::to_string),
+        want.get(at).map_or("(none)".to_string(), ToString::to_string)
+    )
+}
+
 /// The format a fixture is named for: its file's stem (`hf.log`) or its folder (`hf/trl-0.9.log`).
 fn own_format(path: &std::path::Path) -> Option<Choice> {
     let stem = path.file_stem().and_then(|s| s.to_str())?;
@@ -54,7 +66,8 @@ fn every_fixture_reads_as_its_expected_records_in_auto_and_with_its_own_format()
             .unwrap_or_else(|e| panic!("{}: expected records: {e}", path.display()));
         let want: Vec<serde_json::Value> =
             expected.lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).expect("json")).collect();
-        assert_eq!(as_json(&read(Choice::Auto, &bytes)), want, "{} (auto)", path.display());
+        let got = as_json(&read(Choice::Auto, &bytes));
+        assert!(got == want, "{} (auto): {}", path.display(), first_difference(&got, &want));
         if let Some(choice) = own_format(&path) {
             // Its own format reads its framework's lines (and failures): the same records, less
             // those of other frameworks the fixture also holds (verl's tqdm bar).
@@ -254,17 +267,7 @@ fn every_fixture_line_behind_every_launchers_prefix_reads_the_same() {
             let strip =
                 |v: &[serde_json::Value]| v.iter().cloned().map(without_origin).map(desc_host).collect::<Vec<_>>();
             let (g, p) = (strip(&got), strip(&plain));
-            if g != p {
-                let at = g.iter().zip(&p).position(|(a, b)| a != b).unwrap_or(g.len().min(p.len()));
-                panic!(
-                    "{} behind {what} ({prefix:?}): {} records, not {}; first difference:\n  got  {:?}\n  want {:?}",
-                    path.display(),
-                    g.len(),
-                    p.len(),
-                    g.get(at).map(ToString::to_string),
-                    p.get(at).map(ToString::to_string)
-                );
-            }
+            assert!(g == p, "{} behind {what} ({prefix:?}): {}", path.display(), first_difference(&g, &p));
             // The rank and host the prefix names land on records that named none of their own.
             for (g, p) in got.iter().zip(&plain) {
                 for (key, want) in [("rank", rank.map(serde_json::Value::from)), ("local_rank", local_rank.map(Into::into)), ("host", host.map(Into::into))] {
