@@ -8,13 +8,12 @@
 //! `validate step: {step:2}  loss: {loss:7.4f}  memory: ...GiB(...%)  tps: {round(t):,}`.
 //! The RL experiment (`experiments/rl/observability/metrics/console.py`, 2026-05 on):
 //! `Train | Step: {step:2}  key: value  key: value` and `Validation | Step: ...`.
-//! The logger's own header (`[titan] %(asctime)s - %(name)s - %(levelname)s - `, without
-//! `[titan] ` before 2025-02) is read past here too, until the shared cleaner strips it.
+//! The logger's header (`[titan] %(asctime)s - %(name)s - %(levelname)s - `, without `[titan] `
+//! before 2025-02) is the shared cleaner's to strip.
 use super::value::{count, name, number, with_percent};
 use super::{Record, RecordKind};
 
 pub fn parse(line: u64, text: &str) -> Option<Record> {
-    let text = past_logger_header(text);
     if let Some(rest) = text.strip_prefix("step:") {
         return pairs(line, RecordKind::Step, rest);
     }
@@ -80,42 +79,6 @@ fn console(line: u64, kind: RecordKind, rest: &str) -> Option<Record> {
     (!r.metrics.is_empty()).then_some(r)
 }
 
-/// `[titan] 2025-03-12 11:10:21,511 - root - INFO - ` (torchtitan/tools/logging.py since
-/// 2025-02-19) or the same without `[titan] ` (before): what follows it, else the line itself.
-fn past_logger_header(text: &str) -> &str {
-    let rest = text.strip_prefix("[titan] ").unwrap_or(text);
-    // `YYYY-MM-DD HH:MM:SS,mmm - ` (logging's default asctime).
-    let b = rest.as_bytes();
-    let digits = |r: std::ops::Range<usize>| r.clone().all(|i| b.get(i).is_some_and(u8::is_ascii_digit));
-    let shaped = b.len() > 26
-        && digits(0..4)
-        && b[4] == b'-'
-        && digits(5..7)
-        && b[7] == b'-'
-        && digits(8..10)
-        && b[10] == b' '
-        && digits(11..13)
-        && b[13] == b':'
-        && digits(14..16)
-        && b[16] == b':'
-        && digits(17..19)
-        && b[19] == b','
-        && digits(20..23)
-        && rest[23..].starts_with(" - ");
-    if !shaped {
-        return text;
-    }
-    // `%(name)s - %(levelname)s - `: a logger name without spaces, then a level.
-    let after = &rest[26..];
-    let Some((logger, tail)) = after.split_once(" - ") else { return text };
-    let Some((level, message)) = tail.split_once(" - ") else { return text };
-    let levels = ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"];
-    if logger.is_empty() || logger.contains(' ') || !levels.contains(&level) {
-        return text;
-    }
-    message
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,8 +89,8 @@ mod tests {
 
     #[test]
     fn every_release_form_of_the_step_line_reads() {
-        // v0.2.2 on (loss 8.5f), plain, behind the logger's header.
-        let r = parse(1, "[titan] 2026-02-24 19:46:17,508 - root - INFO - step:  4  loss:  7.62585  grad_norm: 26.6250  memory: 66.91GiB(37.51%)  tps: 10,050  tflops: 314.71  mfu: 13.99%").unwrap();
+        // v0.2.2 on (loss 8.5f), plain.
+        let r = parse(1, "step:  4  loss:  7.62585  grad_norm: 26.6250  memory: 66.91GiB(37.51%)  tps: 10,050  tflops: 314.71  mfu: 13.99%").unwrap();
         assert_eq!(r.step, Some(4));
         assert_eq!(
             metrics(&r),
@@ -141,8 +104,8 @@ mod tests {
                 ("mfu", 13.99)
             ]
         );
-        // 2024: `wps`, no tflops, the header without `[titan] `.
-        let r = parse(1, "2024-06-13 12:53:16,156 - root - INFO - step: 10  loss: 10.7798  memory: 41.18GiB(43.33%)  wps: 2,792  mfu: 16.35%").unwrap();
+        // 2024: `wps`, no tflops.
+        let r = parse(1, "step: 10  loss: 10.7798  memory: 41.18GiB(43.33%)  wps: 2,792  mfu: 16.35%").unwrap();
         assert_eq!(metrics(&r)[3], ("wps", 2792.0));
         // FP8: `mfu: N/A` is no value, the rest is the step.
         let r = parse(1, "step: 30  loss:  5.12345  grad_norm:  0.4000  memory: 20.00GiB(25.00%)  tps: 1,234,567  tflops: 1,002.50  mfu: N/A").unwrap();
@@ -171,9 +134,9 @@ mod tests {
             "step: 289, loss: 0.4310, tokens_per_second: 76477.73, mfu: 337.59",
             "step: 10         train loss: 3.11        test loss: 3.05",
             "step: 5  memory: 1.00GiB(1.00%)  tps: 10",
-            "[titan] 2025-06-16 22:30:48,735 - root - INFO - [GC] Peforming periodical GC collection. 0.06 seconds.",
+            "[GC] Peforming periodical GC collection. 0.06 seconds.",
             "Train | Step:  3",
-            "[titan] 2025-06-16 22:30:48,735 - root - INFO - Training starts at step 1",
+            "Training starts at step 1",
         ] {
             assert_eq!(parse(1, t), None, "{t}");
         }
