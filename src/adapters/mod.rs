@@ -15,6 +15,7 @@ mod hf;
 pub mod json;
 mod megatron;
 mod nanogpt;
+mod nemo;
 mod openrlhf;
 mod series;
 #[cfg(test)]
@@ -101,6 +102,8 @@ impl Record {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
     Megatron,
+    /// NeMo 2.x's `Training epoch N, iteration ...` lines, NeMo's Lightning bars, Megatron's timers.
+    Nemo,
     Deepspeed,
     Hf,
     Tqdm,
@@ -113,8 +116,9 @@ pub enum Format {
 }
 
 impl Format {
-    pub const ALL: [Format; 9] = [
+    pub const ALL: [Format; 10] = [
         Format::Megatron,
+        Format::Nemo,
         Format::Deepspeed,
         Format::Hf,
         Format::Tqdm,
@@ -128,6 +132,7 @@ impl Format {
     pub fn name(self) -> &'static str {
         match self {
             Format::Megatron => "megatron",
+            Format::Nemo => "nemo",
             Format::Deepspeed => "deepspeed",
             Format::Hf => "hf",
             Format::Tqdm => "tqdm",
@@ -210,17 +215,19 @@ pub struct Skipped {
 }
 
 /// One stream's reader: holds only what multi-line records need (torchrun's failure block,
-/// DeepSpeed's comms summary table).
+/// DeepSpeed's comms summary table, Megatron's `--timing-log-option all` block).
 pub struct LogReader {
     choice: Choice,
     failures: failures::Failures,
     comms: deepspeed::CommsTable,
+    rank_times: megatron::RankTimes,
     pub skipped: Skipped,
 }
 
 /// The metric adapters `auto` asks, most specific first (each checks a cheap prefix first).
-const AUTO: [Format; 8] = [
+const AUTO: [Format; 9] = [
     Format::Megatron,
+    Format::Nemo,
     Format::Deepspeed,
     Format::Torchtitan,
     Format::Verl,
@@ -236,6 +243,7 @@ impl LogReader {
             choice,
             failures: failures::Failures::default(),
             comms: deepspeed::CommsTable::default(),
+            rank_times: megatron::RankTimes::default(),
             skipped: Skipped::default(),
         }
     }
@@ -267,6 +275,13 @@ impl LogReader {
                 return records;
             }
         }
+        // Megatron's `--timing-log-option all` block (NeMo 2 prints it too): a row names its timer
+        // only through the line above it.
+        if matches!(self.choice, Choice::Auto | Choice::One(Format::Megatron) | Choice::One(Format::Nemo)) {
+            if let Some(records) = self.rank_times.push(line, &text) {
+                return records;
+            }
+        }
         let record = match self.choice {
             Choice::One(Format::Failures) | Choice::None => None,
             Choice::One(format) => parse(format, line, &text),
@@ -286,6 +301,7 @@ impl LogReader {
 fn parse(format: Format, line: u64, text: &str) -> Option<Record> {
     match format {
         Format::Megatron => megatron::parse(line, text),
+        Format::Nemo => nemo::parse(line, text),
         Format::Deepspeed => deepspeed::parse(line, text),
         Format::Hf => hf::parse(line, text),
         Format::Tqdm => tqdm::parse(line, text),
@@ -313,18 +329,20 @@ fn nan_loss(record: &Record) -> Option<Record> {
 /// The cockpit's standard series a training step also writes, where the framework's metric
 /// means the same: the first of each list that the record has.
 const STANDARD: [(&str, &[(&str, f64)]); 5] = [
-    ("loss", &[("loss", 1.0), ("lm_loss", 1.0), ("train_loss", 1.0), ("train/loss", 1.0)]),
+    ("loss", &[("loss", 1.0), ("lm_loss", 1.0), ("train_loss", 1.0), ("train/loss", 1.0), ("reduced_train_loss", 1.0)]),
     (
         "step_time_ms",
         &[
             ("step_time_ms", 1.0),
             ("elapsed_time_per_iteration_ms", 1.0),
+            ("elapsed_time_per_iteration_s", 1000.0),
+            ("train_step_timing_in_s", 1000.0),
             ("time_ms", 1.0),
             ("timing_s/step", 1000.0),
             ("perf/time_per_step", 1000.0),
         ],
     ),
-    ("tokens_per_s", &[("tps", 1.0), ("perf/throughput", 1.0), ("tokens_per_second", 1.0)]),
+    ("tokens_per_s", &[("tps", 1.0), ("perf/throughput", 1.0), ("tokens_per_second", 1.0), ("toks/s", 1.0)]),
     ("lr", &[("lr", 1.0), ("learning_rate", 1.0), ("actor_lr", 1.0), ("actor/lr", 1.0)]),
     ("grad_norm", &[("grad_norm", 1.0), ("actor/grad_norm", 1.0)]),
 ];
