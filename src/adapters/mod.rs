@@ -16,6 +16,7 @@ pub mod json;
 mod llmc;
 mod megatron;
 mod nanogpt;
+mod nemo;
 mod openrlhf;
 mod series;
 #[cfg(test)]
@@ -102,6 +103,8 @@ impl Record {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
     Megatron,
+    /// NeMo 2.x's `Training epoch N, iteration ...` lines, NeMo's Lightning bars, Megatron's timers.
+    Nemo,
     Deepspeed,
     Hf,
     Tqdm,
@@ -116,8 +119,9 @@ pub enum Format {
 }
 
 impl Format {
-    pub const ALL: [Format; 10] = [
+    pub const ALL: [Format; 11] = [
         Format::Megatron,
+        Format::Nemo,
         Format::Deepspeed,
         Format::Hf,
         Format::Tqdm,
@@ -132,6 +136,7 @@ impl Format {
     pub fn name(self) -> &'static str {
         match self {
             Format::Megatron => "megatron",
+            Format::Nemo => "nemo",
             Format::Deepspeed => "deepspeed",
             Format::Hf => "hf",
             Format::Tqdm => "tqdm",
@@ -215,12 +220,14 @@ pub struct Skipped {
 }
 
 /// One stream's reader: holds only what multi-line records need (torchrun's failure block,
-/// DeepSpeed's comms summary table). A stream that interleaves ranks (torchrun's `[rank3]:`
-/// lines, `srun -l`) keeps a failure block per rank its prefixes name.
+/// DeepSpeed's comms summary table, Megatron's `--timing-log-option all` block). A stream that
+/// interleaves ranks (torchrun's `[rank3]:` lines, `srun -l`) keeps a failure block per rank its
+/// prefixes name.
 pub struct LogReader {
     choice: Choice,
     failures: Vec<(Option<u32>, failures::Failures)>,
     comms: deepspeed::CommsTable,
+    rank_times: megatron::RankTimes,
     /// Hosts whose pdsh `host: ` a line was read through: their lines are read without it first,
     /// so a multi-line table behind pdsh is not closed by its own prefixed lines.
     pdsh_hosts: Vec<String>,
@@ -236,8 +243,9 @@ const MAX_PDSH_HOSTS: usize = 256;
 const MAX_STREAM_RANKS: usize = 4096;
 
 /// The metric adapters `auto` asks, most specific first (each checks a cheap prefix first).
-const AUTO: [Format; 9] = [
+const AUTO: [Format; 10] = [
     Format::Megatron,
+    Format::Nemo,
     Format::Deepspeed,
     Format::Torchtitan,
     Format::Verl,
@@ -278,6 +286,7 @@ impl LogReader {
             choice,
             failures: Vec::new(),
             comms: deepspeed::CommsTable::default(),
+            rank_times: megatron::RankTimes::default(),
             pdsh_hosts: Vec::new(),
             last_host: None,
             skipped: Skipped::default(),
@@ -385,6 +394,14 @@ impl LogReader {
                 return Some((records, Taker::CommsTable));
             }
         }
+        // Megatron's `--timing-log-option all` block (NeMo 2 prints it too): a row names its timer
+        // only through the line above it.
+        if let Choice::Auto | Choice::One(Format::Megatron | Format::Nemo) = self.choice {
+            if let Some(records) = self.rank_times.push(line, text) {
+                let format = if let Choice::One(f) = self.choice { f } else { Format::Megatron };
+                return Some((records, Taker::Adapter(format)));
+            }
+        }
         let (record, format) = match self.choice {
             Choice::One(Format::Failures) | Choice::None => None,
             Choice::One(format) => parse(format, line, text).map(|r| (r, format)),
@@ -434,6 +451,7 @@ fn label_origin(r: &mut Record, origin: &clean::Origin) {
 fn parse(format: Format, line: u64, text: &str) -> Option<Record> {
     match format {
         Format::Megatron => megatron::parse(line, text),
+        Format::Nemo => nemo::parse(line, text),
         Format::Deepspeed => deepspeed::parse(line, text),
         Format::Hf => hf::parse(line, text),
         Format::Tqdm => tqdm::parse(line, text),
@@ -464,13 +482,23 @@ fn nan_loss(record: &Record) -> Option<Record> {
 const STANDARD: [(&str, &[(&str, f64)]); 5] = [
     (
         "loss",
-        &[("loss", 1.0), ("lm_loss", 1.0), ("train_loss", 1.0), ("train/loss", 1.0), ("trl", 1.0), ("loss/mean", 1.0)],
+        &[
+            ("loss", 1.0),
+            ("lm_loss", 1.0),
+            ("train_loss", 1.0),
+            ("train/loss", 1.0),
+            ("reduced_train_loss", 1.0),
+            ("trl", 1.0),
+            ("loss/mean", 1.0),
+        ],
     ),
     (
         "step_time_ms",
         &[
             ("step_time_ms", 1.0),
             ("elapsed_time_per_iteration_ms", 1.0),
+            ("elapsed_time_per_iteration_s", 1000.0),
+            ("train_step_timing_in_s", 1000.0),
             ("time_ms", 1.0),
             ("iter_time_s", 1000.0),
             ("timing_s/step", 1000.0),
@@ -486,6 +514,7 @@ const STANDARD: [(&str, &[(&str, f64)]); 5] = [
             ("tokens_per_second", 1.0),
             ("wps", 1.0),
             ("tok/s", 1.0),
+            ("toks/s", 1.0),
             ("perf/trainer/tokens_per_second_full_step", 1.0),
         ],
     ),
