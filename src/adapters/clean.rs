@@ -75,6 +75,15 @@ pub struct Cleaned<'a> {
 const MAX_WRAPPERS: usize = 12;
 
 pub fn line(text: &str) -> Cleaned<'_> {
+    // rsyslog writes control characters as `#NNN` octal: `#015` a `\r`, `#033` an escape.
+    if let Some(plain) = if text.contains("#0") { syslog_controls(text) } else { None } {
+        let c = plain_line(&plain);
+        return Cleaned { text: Cow::Owned(c.text.into_owned()), origin: c.origin, host_cut: c.host_cut };
+    }
+    plain_line(text)
+}
+
+fn plain_line(text: &str) -> Cleaned<'_> {
     let mut origin = Origin::default();
     let text: Cow<'_, str> = if has_escape(text) {
         origin.taken.push(Wrapper::Colours);
@@ -100,6 +109,14 @@ pub fn line(text: &str) -> Cleaned<'_> {
     Cleaned { text, origin, host_cut }
 }
 
+/// `#015` and `#033` (rsyslog's escapes of `\r` and ESC) as the characters; `None` if none.
+fn syslog_controls(text: &str) -> Option<String> {
+    if !text.contains("#015") && !text.contains("#033[") {
+        return None;
+    }
+    Some(text.replace("#015", "\r").replace("#033[", "\x1b["))
+}
+
 /// Ray's log deduplication ends a line with ` [repeated 7x across cluster]`.
 fn ray_repeats(text: &str) -> &str {
     match text.strip_suffix(" across cluster]").and_then(|t| t.rfind(" [repeated ").map(|at| (t, at))) {
@@ -119,6 +136,14 @@ pub fn pdsh_host(text: &str) -> Option<(usize, &str)> {
         && !host.bytes().all(|b| b.is_ascii_digit())
         && !matches!(host, "stdout" | "stderr");
     plausible.then_some((colon + 2, host))
+}
+
+/// A tqdm bar after the `word: ` (`Iteration:  50%|`): the word is as likely the bar's desc as a
+/// pdsh host, so it is a host only once the stream knows it as one.
+pub fn bar_start(rest: &str) -> bool {
+    let t = rest.trim_start();
+    let digits = t.bytes().take_while(u8::is_ascii_digit).count();
+    digits > 0 && digits <= 3 && t[digits..].starts_with("%|")
 }
 
 /// The `[from, to)` of the last redraw at or after `start`: a bar redrawn in place shows its
@@ -219,6 +244,17 @@ fn monarch(t: &str) -> Option<(usize, Wrapper)> {
 fn mpirun(t: &str, origin: &mut Origin) -> Option<(usize, Wrapper)> {
     let end = t.find(']')?;
     let inner = &t[1..end];
+    // SageMaker's `[1,mpirank:0,algo-1]<stdout>:`: the rank and the host it names.
+    if let Some(r) = inner.strip_prefix("1,mpirank:").or_else(|| inner.split_once(",mpirank:").map(|(_, r)| r)) {
+        let (rank, host) = r.split_once(',').unwrap_or((r, ""));
+        let rank: u32 = rank.parse().ok()?;
+        let tag = ["<stdout>:", "<stderr>:"].iter().find(|tag| t[end + 1..].starts_with(**tag))?;
+        origin.rank.get_or_insert(rank);
+        if !host.is_empty() {
+            origin.host.get_or_insert_with(|| host.to_string());
+        }
+        return Some((end + 1 + tag.len(), Wrapper::Mpirun));
+    }
     let rank = match inner.split_once(',') {
         Some((job, rank)) if all_digits(job) && all_digits(rank) => rank,
         None if all_digits(inner) && t[end + 1..].starts_with(' ') => inner,
@@ -652,6 +688,7 @@ mod tests {
         assert_eq!(msg("\x1b]0;title\x07step: 1"), "step: 1");
         assert_eq!(msg(" 10%|#  | 1/10\r 50%|#####  | 5/10"), " 50%|#####  | 5/10");
         assert_eq!(msg("last\r"), "last");
+        assert_eq!(msg(" 10%|#  | 1/10#015 50%|#####  | 5/10"), " 50%|#####  | 5/10", "rsyslog's escapes");
         assert_eq!(msg("[1, 2, 3]"), "[1, 2, 3]");
     }
 
@@ -667,6 +704,8 @@ mod tests {
         assert_eq!((c.text.as_ref(), c.origin.rank), ("x", Some(12)));
         let c = line("[1,5]<stdout>:step: 1 loss: 2");
         assert_eq!((c.text.as_ref(), c.origin.rank), ("step: 1 loss: 2", Some(5)));
+        let c = line("[1,mpirank:3,algo-2]<stdout>:step: 1 loss: 2");
+        assert_eq!((c.text.as_ref(), c.origin.rank, c.origin.host.as_deref()), ("step: 1 loss: 2", Some(3), Some("algo-2")));
         let c = line("[7] step: 1 loss: 2");
         assert_eq!((c.text.as_ref(), c.origin.rank), ("step: 1 loss: 2", Some(7)));
         let c = line("\x1b[36m(WorkerDict pid=9, ip=10.0.0.1)\x1b[0m [rank1]: x");
@@ -709,6 +748,7 @@ mod tests {
         assert_eq!(c.host_cut.map(|at| &c.text[at..]), Some("{'loss': 2.0}"));
         assert_eq!(line("step:  4  loss: 2").host_cut, Some(6), "a candidate only: tried when nothing reads the whole");
         assert_eq!(line("1234: x").host_cut, None, "digits are srun's, not a host");
+        assert!(bar_start(" 50%|#####     | 5/10"), "`Iteration:  50%|` may be a bar's desc");
     }
 
     #[test]

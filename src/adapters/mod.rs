@@ -231,8 +231,8 @@ pub struct LogReader {
     /// Hosts whose pdsh `host: ` a line was read through: their lines are read without it first,
     /// so a multi-line table behind pdsh is not closed by its own prefixed lines.
     pdsh_hosts: Vec<String>,
-    /// The previous line's candidate pdsh host.
-    last_host: Option<String>,
+    /// The previous line's candidate pdsh host, and whether a bar followed it.
+    last_host: Option<(String, bool)>,
     pub skipped: Skipped,
 }
 
@@ -335,9 +335,16 @@ impl LogReader {
         let host = cleaned.host_cut.zip(clean::pdsh_host(&cleaned.text));
         // The same `host: ` on consecutive lines is pdsh's (a framework's own `key: ` lines
         // learned this way cost a second reading, never a wrong one: the whole line is read after).
+        // `Iteration:  50%|` on two lines is a bar's desc as likely as a host: a host is learned
+        // from two lines one of which is not a bar.
         match host {
-            Some((_, (_, h))) if self.last_host.as_deref() == Some(h) => self.remember_pdsh(h),
-            Some((_, (_, h))) => self.last_host = Some(h.to_string()),
+            Some((cut, (_, h))) => {
+                let bar = clean::bar_start(&cleaned.text[cut..]);
+                match &self.last_host {
+                    Some((last, last_bar)) if last == h && !(bar && *last_bar) => self.remember_pdsh(h),
+                    _ => self.last_host = Some((h.to_string(), bar)),
+                }
+            }
             None => self.last_host = None,
         }
         let known = host.is_some_and(|(_, (_, h))| self.pdsh_hosts.iter().any(|k| k == h));
