@@ -13,6 +13,7 @@ pub mod failures;
 pub mod fatal;
 mod hf;
 pub mod json;
+mod lightning;
 mod megatron;
 mod nanogpt;
 mod openrlhf;
@@ -108,12 +109,13 @@ pub enum Format {
     Openrlhf,
     Torchtitan,
     Nanogpt,
+    Lightning,
     /// torchrun's ChildFailedError, NCCL watchdog timeouts, CUDA OOM: any framework's failures.
     Failures,
 }
 
 impl Format {
-    pub const ALL: [Format; 9] = [
+    pub const ALL: [Format; 10] = [
         Format::Megatron,
         Format::Deepspeed,
         Format::Hf,
@@ -122,6 +124,7 @@ impl Format {
         Format::Openrlhf,
         Format::Torchtitan,
         Format::Nanogpt,
+        Format::Lightning,
         Format::Failures,
     ];
 
@@ -135,6 +138,7 @@ impl Format {
             Format::Openrlhf => "openrlhf",
             Format::Torchtitan => "torchtitan",
             Format::Nanogpt => "nanogpt",
+            Format::Lightning => "lightning",
             Format::Failures => "failures",
         }
     }
@@ -219,7 +223,7 @@ pub struct LogReader {
 }
 
 /// The metric adapters `auto` asks, most specific first (each checks a cheap prefix first).
-const AUTO: [Format; 8] = [
+const AUTO: [Format; 9] = [
     Format::Megatron,
     Format::Deepspeed,
     Format::Torchtitan,
@@ -227,6 +231,7 @@ const AUTO: [Format; 8] = [
     Format::Nanogpt,
     Format::Hf,
     Format::Openrlhf,
+    Format::Lightning,
     Format::Tqdm,
 ];
 
@@ -293,6 +298,7 @@ fn parse(format: Format, line: u64, text: &str) -> Option<Record> {
         Format::Openrlhf => openrlhf::parse(line, text),
         Format::Torchtitan => torchtitan::parse(line, text),
         Format::Nanogpt => nanogpt::parse(line, text),
+        Format::Lightning => lightning::parse(line, text),
         Format::Failures => None,
     }
 }
@@ -322,9 +328,13 @@ const STANDARD: [(&str, &[(&str, f64)]); 5] = [
             ("time_ms", 1.0),
             ("timing_s/step", 1000.0),
             ("perf/time_per_step", 1000.0),
+            ("step_time", 1000.0),
         ],
     ),
-    ("tokens_per_s", &[("tps", 1.0), ("perf/throughput", 1.0), ("tokens_per_second", 1.0)]),
+    (
+        "tokens_per_s",
+        &[("tps", 1.0), ("perf/throughput", 1.0), ("tokens_per_second", 1.0), ("train_tokens_per_second", 1.0)],
+    ),
     ("lr", &[("lr", 1.0), ("learning_rate", 1.0), ("actor_lr", 1.0), ("actor/lr", 1.0)]),
     ("grad_norm", &[("grad_norm", 1.0), ("actor/grad_norm", 1.0)]),
 ];
