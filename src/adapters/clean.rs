@@ -53,7 +53,7 @@ impl Wrapper {
             Wrapper::Srun => "srun -l's task prefix",
             Wrapper::Mpirun => "mpirun's rank tag",
             Wrapper::Torchrun => "torchrun's rank prefix",
-            Wrapper::Ray => "Ray's worker prefix",
+            Wrapper::Ray => "Ray's (or Monarch's) actor prefix",
             Wrapper::Logger => "a logging header",
             Wrapper::Pdsh => "pdsh's host prefix",
             Wrapper::Stream => "a stream's name",
@@ -166,6 +166,7 @@ fn wrapper(s: &str, origin: &mut Origin) -> Option<(usize, Wrapper)> {
     let first = *t.as_bytes().first()?;
     let found = match first {
         b'[' => torchrun(t, origin)
+            .or_else(|| monarch(t))
             .or_else(|| mpirun(t, origin))
             .or_else(|| logger_bracketed(t))
             .or_else(|| dmesg(t)),
@@ -203,6 +204,15 @@ fn torchrun(t: &str, origin: &mut Origin) -> Option<(usize, Wrapper)> {
         origin.local_rank.get_or_insert(n);
     }
     Some((end + 2, Wrapper::Torchrun))
+}
+
+/// Monarch's actor prefix (torchtitan's RL experiments): `[actor=<root>.<...Trainer trainer{'gpus': 0/2}>] `.
+fn monarch(t: &str) -> Option<(usize, Wrapper)> {
+    if !t.starts_with("[actor=") {
+        return None;
+    }
+    let end = t.find("] ")?;
+    Some((end + 1, Wrapper::Ray))
 }
 
 /// OpenMPI's `--tag-output` `[1,3]<stdout>:` (job, rank) and MPICH/Intel MPI's `-l` `[3] `.
@@ -663,6 +673,7 @@ mod tests {
         assert_eq!((c.text.as_ref(), c.origin.rank, c.origin.host.as_deref()), ("x", Some(1), Some("10.0.0.1")));
         assert_eq!(msg("(TaskRunner pid=4242) step:3 - a:1"), "step:3 - a:1");
         assert_eq!(msg("(not ray) x"), "(not ray) x");
+        assert_eq!(msg("[actor=<root>.<Trainer trainer{'gpus': 0/2}>] Train | Step: 3  loss: 1.0"), "Train | Step: 3  loss: 1.0");
         assert_eq!(msg("(pid=9) {'loss': 1.0} [repeated 3x across cluster]"), "{'loss': 1.0}");
     }
 

@@ -14,8 +14,10 @@ pub mod fatal;
 mod hf;
 pub mod json;
 mod lightning;
+mod llmc;
 mod megatron;
 mod nanogpt;
+mod nemo;
 mod openrlhf;
 mod series;
 #[cfg(test)]
@@ -102,6 +104,8 @@ impl Record {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
     Megatron,
+    /// NeMo 2.x's `Training epoch N, iteration ...` lines, NeMo's Lightning bars, Megatron's timers.
+    Nemo,
     Deepspeed,
     Hf,
     Tqdm,
@@ -109,14 +113,17 @@ pub enum Format {
     Openrlhf,
     Torchtitan,
     Nanogpt,
+    /// llm.c's C/CUDA trainers, its PyTorch reference and its `main.log`.
+    Llmc,
     Lightning,
     /// torchrun's ChildFailedError, NCCL watchdog timeouts, CUDA OOM: any framework's failures.
     Failures,
 }
 
 impl Format {
-    pub const ALL: [Format; 10] = [
+    pub const ALL: [Format; 12] = [
         Format::Megatron,
+        Format::Nemo,
         Format::Deepspeed,
         Format::Hf,
         Format::Tqdm,
@@ -124,6 +131,7 @@ impl Format {
         Format::Openrlhf,
         Format::Torchtitan,
         Format::Nanogpt,
+        Format::Llmc,
         Format::Lightning,
         Format::Failures,
     ];
@@ -131,6 +139,7 @@ impl Format {
     pub fn name(self) -> &'static str {
         match self {
             Format::Megatron => "megatron",
+            Format::Nemo => "nemo",
             Format::Deepspeed => "deepspeed",
             Format::Hf => "hf",
             Format::Tqdm => "tqdm",
@@ -138,6 +147,7 @@ impl Format {
             Format::Openrlhf => "openrlhf",
             Format::Torchtitan => "torchtitan",
             Format::Nanogpt => "nanogpt",
+            Format::Llmc => "llmc",
             Format::Lightning => "lightning",
             Format::Failures => "failures",
         }
@@ -214,12 +224,14 @@ pub struct Skipped {
 }
 
 /// One stream's reader: holds only what multi-line records need (torchrun's failure block,
-/// DeepSpeed's comms summary table). A stream that interleaves ranks (torchrun's `[rank3]:`
-/// lines, `srun -l`) keeps a failure block per rank its prefixes name.
+/// DeepSpeed's comms summary table, Megatron's `--timing-log-option all` block). A stream that
+/// interleaves ranks (torchrun's `[rank3]:` lines, `srun -l`) keeps a failure block per rank its
+/// prefixes name.
 pub struct LogReader {
     choice: Choice,
     failures: Vec<(Option<u32>, failures::Failures)>,
     comms: deepspeed::CommsTable,
+    rank_times: megatron::RankTimes,
     /// Hosts whose pdsh `host: ` a line was read through: their lines are read without it first,
     /// so a multi-line table behind pdsh is not closed by its own prefixed lines.
     pdsh_hosts: Vec<String>,
@@ -235,11 +247,13 @@ const MAX_PDSH_HOSTS: usize = 256;
 const MAX_STREAM_RANKS: usize = 4096;
 
 /// The metric adapters `auto` asks, most specific first (each checks a cheap prefix first).
-const AUTO: [Format; 9] = [
+const AUTO: [Format; 11] = [
     Format::Megatron,
+    Format::Nemo,
     Format::Deepspeed,
     Format::Torchtitan,
     Format::Verl,
+    Format::Llmc,
     Format::Nanogpt,
     Format::Hf,
     Format::Openrlhf,
@@ -277,6 +291,7 @@ impl LogReader {
             choice,
             failures: Vec::new(),
             comms: deepspeed::CommsTable::default(),
+            rank_times: megatron::RankTimes::default(),
             pdsh_hosts: Vec::new(),
             last_host: None,
             skipped: Skipped::default(),
@@ -384,6 +399,14 @@ impl LogReader {
                 return Some((records, Taker::CommsTable));
             }
         }
+        // Megatron's `--timing-log-option all` block (NeMo 2 prints it too): a row names its timer
+        // only through the line above it.
+        if let Choice::Auto | Choice::One(Format::Megatron | Format::Nemo) = self.choice {
+            if let Some(records) = self.rank_times.push(line, text) {
+                let format = if let Choice::One(f) = self.choice { f } else { Format::Megatron };
+                return Some((records, Taker::Adapter(format)));
+            }
+        }
         let (record, format) = match self.choice {
             Choice::One(Format::Failures) | Choice::None => None,
             Choice::One(format) => parse(format, line, text).map(|r| (r, format)),
@@ -433,6 +456,7 @@ fn label_origin(r: &mut Record, origin: &clean::Origin) {
 fn parse(format: Format, line: u64, text: &str) -> Option<Record> {
     match format {
         Format::Megatron => megatron::parse(line, text),
+        Format::Nemo => nemo::parse(line, text),
         Format::Deepspeed => deepspeed::parse(line, text),
         Format::Hf => hf::parse(line, text),
         Format::Tqdm => tqdm::parse(line, text),
@@ -440,6 +464,7 @@ fn parse(format: Format, line: u64, text: &str) -> Option<Record> {
         Format::Openrlhf => openrlhf::parse(line, text),
         Format::Torchtitan => torchtitan::parse(line, text),
         Format::Nanogpt => nanogpt::parse(line, text),
+        Format::Llmc => llmc::parse(line, text),
         Format::Lightning => lightning::parse(line, text),
         Format::Failures => None,
     }
@@ -461,25 +486,48 @@ fn nan_loss(record: &Record) -> Option<Record> {
 /// The cockpit's standard series a training step also writes, where the framework's metric
 /// means the same: the first of each list that the record has.
 const STANDARD: [(&str, &[(&str, f64)]); 5] = [
-    ("loss", &[("loss", 1.0), ("lm_loss", 1.0), ("train_loss", 1.0), ("train/loss", 1.0)]),
+    (
+        "loss",
+        &[
+            ("loss", 1.0),
+            ("lm_loss", 1.0),
+            ("train_loss", 1.0),
+            ("train/loss", 1.0),
+            ("reduced_train_loss", 1.0),
+            ("trl", 1.0),
+            ("loss/mean", 1.0),
+        ],
+    ),
     (
         "step_time_ms",
         &[
             ("step_time_ms", 1.0),
             ("elapsed_time_per_iteration_ms", 1.0),
+            ("elapsed_time_per_iteration_s", 1000.0),
+            ("train_step_timing_in_s", 1000.0),
             ("time_ms", 1.0),
             ("iter_time_s", 1000.0),
             ("timing_s/step", 1000.0),
             ("perf/time_per_step", 1000.0),
+            ("step_avg_ms", 1.0),
             ("step_time", 1000.0),
         ],
     ),
     (
         "tokens_per_s",
-        &[("tps", 1.0), ("perf/throughput", 1.0), ("tokens_per_second", 1.0), ("train_tokens_per_second", 1.0)],
+        &[
+            ("tps", 1.0),
+            ("perf/throughput", 1.0),
+            ("tokens_per_second", 1.0),
+            ("train_tokens_per_second", 1.0),
+            ("wps", 1.0),
+            ("tok/s", 1.0),
+            ("toks/s", 1.0),
+            ("perf/trainer/tokens_per_second_full_step", 1.0),
+        ],
     ),
-    ("lr", &[("lr", 1.0), ("learning_rate", 1.0), ("actor_lr", 1.0), ("actor/lr", 1.0)]),
-    ("grad_norm", &[("grad_norm", 1.0), ("actor/grad_norm", 1.0)]),
+    ("lr", &[("lr", 1.0), ("learning_rate", 1.0), ("actor_lr", 1.0), ("actor/lr", 1.0), ("trainer/lr", 1.0)]),
+    ("grad_norm", &[("grad_norm", 1.0), ("actor/grad_norm", 1.0), ("norm", 1.0), ("trainer/grad_norm/mean", 1.0)]),
 ];
 
 /// The cockpit's standard series a record also writes, where the framework's metric means the

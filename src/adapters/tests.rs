@@ -135,6 +135,8 @@ fn names_and_values_follow_the_rule() {
     assert_eq!(value::number("'4e-05'"), Some(4e-05));
     assert!(value::number("nan").is_some_and(f64::is_nan));
     assert_eq!(value::number("inf"), Some(f64::INFINITY));
+    assert!(value::number("NAN").is_some_and(f64::is_nan) && value::number("nan.0").is_some_and(f64::is_nan));
+    assert_eq!(value::number("-INF"), Some(f64::NEG_INFINITY));
     assert_eq!(value::with_percent("9.46GiB(64.99%)"), Some((9.46, Some(64.99))));
     assert_eq!(value::size_mib("1.5 GiB"), Some(1536.0));
 }
