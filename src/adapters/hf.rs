@@ -1,7 +1,8 @@
 //! HF Trainer, TRL and accelerate (transformers 2.9 → 5.x `trainer.py` `log`/`_log`, `trainer_callback.py` `ProgressCallback.on_log`/`PrinterCallback`, `trainer_pt_utils.py` `log_metrics`; TRL's trainers; accelerate's and transformers' `no_trainer` examples): the printed log dicts and what surrounds them.
 //!
 //! The dict, as each version prints it (`SOURCES.md` in the fixtures has the code):
-//! - 2.9–2.11: `json.dumps({**logs, "step": N})`: `{"loss": 2.3, "learning_rate": 4.9e-05, "epoch": 0.06, "step": 50}`;
+//! - 2.9–2.11: `json.dumps({**logs, "step": N})`:
+//!   `{"loss": 2.3, "learning_rate": 4.9e-05, "epoch": 0.06, "step": 50}`;
 //! - 3.0: `logger.info` of the dict with its step, 3.1–3.3 `print`: `{'loss': 2.3, ..., 'step': 50}`
 //!   (TFTrainer kept the step through 4.x);
 //! - 3.4 → 4.57: `ProgressCallback` writes `str(logs)` (`PrinterCallback` prints it without a

@@ -9,8 +9,8 @@
 //! - The Rich bar (`RichProgressBar`, 1.5+), as it reaches a log file (Rich prints its final
 //!   state when the output is not a terminal; without colours the bar's unfilled part is blank,
 //!   and metrics too long for the console's width wrap onto lines of their own, not read):
-//!   `Epoch 0/9  ━━━━━━━━━━      50/100 0:00:05 • 0:00:05 9.80it/s v_num: 0.000 train_loss: 2.340`
-//!   (1.5–2.1: `loss: 2.34 v_num: 0`, rounded to 3 places; 2.2+ `.3f`): a `progress` record like
+//!   `Epoch 0/9  ━━━━━━━━━━      50/100 0:00:05 • 0:00:05 9.80it/s v_num: 0.000
+//!   train_loss: 2.340` (1.5–2.1: `loss: 2.34 v_num: 0`, rounded to 3 places; 2.2+ `.3f`): a `progress` record like
 //!   a tqdm bar's (labels `desc`, `n`, `total`; `it/s` and the metrics).
 //! - The results of `validate`/`test` (1.6+, `_print_results`): a row of the plain table,
 //!   `{:^{w}}` columns (`        test_acc            0.8999999761581421`), or of the Rich table

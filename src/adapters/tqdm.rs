@@ -1,21 +1,24 @@
 //! tqdm bars (tqdm `std.py` `format_meter`, 4.0 → 4.67; HF Trainer's, Lightning's, datasets' bars): `desc: pct%|bar| n/total [elapsed<remaining, rate, k=v, ...]` and its other shapes.
 //!
 //! Every shape `format_meter` prints since 4.0:
-//! - a total: `{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}{postfix}]`
-//!   (`Epoch 0:  50%|█████     | 50/100 [00:05<00:05,  9.80it/s, v_num=0, train_loss=2.340]`);
-//!   before 4.19 the desc was printed as given, without the `: `;
-//! - `ncols=0` (no room for a bar: Colab, SageMaker): `Epoch 0:  50% 1/2 [00:00<00:00,  6.54it/s, loss=2.29]`;
-//! - a `bar_format` without a total (Lightning's `BAR_FORMAT` on an iterable): `Epoch 0: |          | 10/? [00:01<?, 9.80it/s, v_num=0]`;
-//! - no total: `{desc}: {n_fmt}{unit} [{elapsed}, {rate_fmt}{postfix}]` (`Map: 1000 examples [00:00, 5000.00 examples/s]`, `10it [00:01,  9.80it/s]`).
+//! - a total: `{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining},
+//!   {rate_fmt}{postfix}]` (`Epoch 0:  50%|█████     | 50/100 [00:05<00:05,  9.80it/s, v_num=0,
+//!   train_loss=2.340]`); before 4.16 the desc was printed as given, without the `: `;
+//! - `ncols=0` (no room for a bar: Colab, SageMaker): `Epoch 0:  50% 1/2 [00:00<00:00,  6.54it/s]`;
+//! - a `bar_format` without a total (Lightning's `BAR_FORMAT` on an iterable):
+//!   `Epoch 0: |          | 10/? [00:01<?, 9.80it/s, v_num=0]`;
+//! - no total: `{desc}: {n_fmt}{unit} [{elapsed}, {rate_fmt}{postfix}]`
+//!   (`Map: 1000 examples [00:00, 5000.00 examples/s]`, `10it [00:01,  9.80it/s]`).
 //!
-//! The rate is `{rate:5.2f}{unit}/s`, `{1/rate:5.2f}s/{unit}` when slower than one a second, `?{unit}/s`
-//! before the first update, and with `unit_scale` an SI prefix (`1.23kit/s`, `98.5MB/s`, always by
-//! 1000): it gives `it/s` (or `s/it`, `B/s`, `examples/s`, `tokens/s`: the unit as printed) with the
-//! prefix applied. `n` and `total` are labels when printed whole (`1.00k/10.0k` are not).
-//! The postfix's `key=value` pairs with a numeric value are metrics (Lightning pads them: `2.340`;
-//! tqdm's `format_num`: `1e-5`). Elapsed and remaining times are not metrics. A bar is `progress`:
-//! any bar (a training loop's, a `Map:` or `Loading checkpoint shards` bar) reads the same; a bar
-//! with no rate and no postfix number yet (`0%| | 0/10 [00:00<?, ?it/s]`) gives nothing.
+//! The rate is `{rate:5.2f}{unit}/s`, `{1/rate:5.2f}s/{unit}` when slower than one a second,
+//! `?{unit}/s` before the first update, and with `unit_scale` an SI prefix (`1.23kit/s`,
+//! `98.5MB/s`, always by 1000): it gives `it/s` (or `s/it`, `B/s`, `examples/s`, `tokens/s`: the
+//! unit as printed) with the prefix applied; a custom `bar_format` may leave it out (NeMo's bars).
+//! `n` and `total` are labels when printed whole (`1.00k/10.0k` are not). The postfix's
+//! `key=value` pairs with a numeric value are metrics (Lightning pads them: `2.340`; tqdm's
+//! `format_num`: `1e-5`). Elapsed and remaining times are not metrics. A bar is `progress`: any
+//! bar (a training loop's, a `Map:` or `Loading checkpoint shards` bar) reads the same; a bar with
+//! no rate and no postfix number yet (`0%| | 0/10 [00:00<?, ?it/s]`) gives nothing.
 use super::value::{count, name, number};
 use super::{Label, Record, RecordKind};
 
@@ -42,8 +45,16 @@ pub fn bar(text: &str) -> Option<Bar<'_>> {
     let (times, rest) = inside.split_once(", ").map_or((inside, ""), |(t, r)| (t, r));
     let total_known = times.contains('<');
     let (desc, n, total, scaled) = if total_known { left_with_total(left)? } else { left_without_total(left)? };
-    let mut parts = split_postfix(rest).into_iter();
-    let rate = parse_rate(parts.next()?)?;
+    let mut parts = split_postfix(rest).into_iter().peekable();
+    // A custom `bar_format` may leave the rate out (NeMo's `[{elapsed}<{remaining}, {postfix}]`).
+    let rate = match parts.peek().map(|p| parse_rate(p)) {
+        Some(Some(rate)) => {
+            parts.next();
+            rate
+        }
+        _ if parts.peek().is_some_and(|p| p.contains('=')) => None,
+        _ => return None,
+    };
     let postfix = parts
         .filter_map(|p| p.split_once('='))
         .filter_map(|(k, v)| Some((k.trim(), number(v)?)))
@@ -339,6 +350,13 @@ mod tests {
         let b = bar("100%|██████████| 4/4 [00:02<00:00,  1.95it/s][INFO|trainer.py:1341] 2021-05-20 20:16:41,214 >>")
             .unwrap();
         assert_eq!(b.end, "100%|██████████| 4/4 [00:02<00:00,  1.95it/s]".len());
+        // No rate (NeMo 1.21+'s `MegatronProgressBar`).
+        assert_eq!(
+            read("Epoch 0: :   0%|          | 10/301500 [00:06<52:45:38, v_num=0-56, reduced_train_loss=10.60]")
+                .unwrap()
+                .3,
+            m(&[("reduced_train_loss", 10.6)])
+        );
         // Hours in the times.
         assert_eq!(read("  8%|▊         | 1999/24128 [1:52:09<20:27:23,  3.33s/it]").unwrap().3, m(&[("s/it", 3.33)]));
     }
