@@ -13,6 +13,7 @@ pub mod failures;
 pub mod fatal;
 mod hf;
 pub mod json;
+mod lightning;
 mod llmc;
 mod megatron;
 mod nanogpt;
@@ -114,12 +115,13 @@ pub enum Format {
     Nanogpt,
     /// llm.c's C/CUDA trainers, its PyTorch reference and its `main.log`.
     Llmc,
+    Lightning,
     /// torchrun's ChildFailedError, NCCL watchdog timeouts, CUDA OOM: any framework's failures.
     Failures,
 }
 
 impl Format {
-    pub const ALL: [Format; 11] = [
+    pub const ALL: [Format; 12] = [
         Format::Megatron,
         Format::Nemo,
         Format::Deepspeed,
@@ -130,6 +132,7 @@ impl Format {
         Format::Torchtitan,
         Format::Nanogpt,
         Format::Llmc,
+        Format::Lightning,
         Format::Failures,
     ];
 
@@ -145,6 +148,7 @@ impl Format {
             Format::Torchtitan => "torchtitan",
             Format::Nanogpt => "nanogpt",
             Format::Llmc => "llmc",
+            Format::Lightning => "lightning",
             Format::Failures => "failures",
         }
     }
@@ -243,7 +247,7 @@ const MAX_PDSH_HOSTS: usize = 256;
 const MAX_STREAM_RANKS: usize = 4096;
 
 /// The metric adapters `auto` asks, most specific first (each checks a cheap prefix first).
-const AUTO: [Format; 10] = [
+const AUTO: [Format; 11] = [
     Format::Megatron,
     Format::Nemo,
     Format::Deepspeed,
@@ -253,6 +257,7 @@ const AUTO: [Format; 10] = [
     Format::Nanogpt,
     Format::Hf,
     Format::Openrlhf,
+    Format::Lightning,
     Format::Tqdm,
 ];
 
@@ -467,6 +472,7 @@ fn parse(format: Format, line: u64, text: &str) -> Option<Record> {
         Format::Torchtitan => torchtitan::parse(line, text),
         Format::Nanogpt => nanogpt::parse(line, text),
         Format::Llmc => llmc::parse(line, text),
+        Format::Lightning => lightning::parse(line, text),
         Format::Failures => None,
     }
 }
@@ -511,6 +517,7 @@ const STANDARD: [(&str, &[(&str, f64)]); 5] = [
             ("timing_s/step", 1000.0),
             ("perf/time_per_step", 1000.0),
             ("step_avg_ms", 1.0),
+            ("step_time", 1000.0),
         ],
     ),
     (
@@ -519,6 +526,7 @@ const STANDARD: [(&str, &[(&str, f64)]); 5] = [
             ("tps", 1.0),
             ("perf/throughput", 1.0),
             ("tokens_per_second", 1.0),
+            ("train_tokens_per_second", 1.0),
             ("wps", 1.0),
             ("tok/s", 1.0),
             ("toks/s", 1.0),
