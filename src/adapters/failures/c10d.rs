@@ -16,7 +16,7 @@
 //! detected by watchdog at work: N, …` (2.3-2.7) and ` failure detected by watchdog at work
 //! sequence id: N PG status: last enqueued work: N, last completed work: N` (2.8+).
 use super::{after, between, event, lead_int, lead_num, Bytes, Put};
-use crate::adapters::Record;
+use crate::adapters::{Label, Record};
 
 /// The watchdog's and heartbeat monitor's lines: phrases with `NCCL` or `watchdog` in them are
 /// searched when the line has those; the others only right after a c10d prefix.
@@ -87,7 +87,14 @@ fn prefix(r: &mut Record, t: &str, end: usize) {
     } else if !pg.is_empty() {
         return;
     }
-    r.int("rank", rank);
+    // A group other than the default one numbers its ranks its own way: that rank is not the
+    // job's (the launcher's `[rankN]:` or the printing rank says which that is).
+    let default = match (r.label("pg_id"), r.label("pg_desc")) {
+        (_, Some(Label::Text(d))) => d == "default_pg",
+        (Some(Label::Int(id)), None) => *id == 0,
+        _ => true,
+    };
+    r.int(if default { "rank" } else { "pg_rank" }, rank);
 }
 
 /// `WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1024, NumelOut=1024, Timeout(ms)=600000)` and

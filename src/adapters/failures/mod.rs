@@ -32,12 +32,16 @@ mod traceback;
 pub struct Failures {
     block: Option<torchrun::Block>,
     traceback: Option<traceback::Traceback>,
+    /// Records a line completed without being a failure's own (a traceback's exception, held
+    /// to see that no chained one follows, ends at the next other line): given with the next
+    /// line that is a failure's, at `finish`, or at once through `take_ready`.
+    ready: Vec<Record>,
 }
 
 impl Failures {
     /// Reads one line; `None` when it is not a failure's (so the metric adapters may read it).
     pub fn push(&mut self, line: u64, text: &str) -> Option<Vec<Record>> {
-        let mut out = Vec::new();
+        let mut out = std::mem::take(&mut self.ready);
         if let Some(block) = &mut self.block {
             match block.push(line, text) {
                 torchrun::Step::Took(records) => {
@@ -81,9 +85,17 @@ impl Failures {
 
     /// The records still open when the stream ends (a block's last entry, a traceback's exception).
     pub fn finish(&mut self) -> Vec<Record> {
-        let mut out: Vec<Record> = self.block.take().map(torchrun::Block::finish).unwrap_or_default();
+        let mut out = std::mem::take(&mut self.ready);
+        out.extend(self.block.take().map(torchrun::Block::finish).unwrap_or_default());
         out.extend(self.traceback.take().and_then(traceback::Traceback::finish));
         out
+    }
+
+    /// Records the last `push` completed while answering `None` (the line was not a failure's,
+    /// so the metric adapters read it): a reader gives them before that line's records. A reader
+    /// that never asks gets them with the next failure line or at `finish`.
+    pub fn take_ready(&mut self) -> Vec<Record> {
+        std::mem::take(&mut self.ready)
     }
 
     /// A line read alone; `out` holds what an ended multi-line record gave.
@@ -91,8 +103,11 @@ impl Failures {
         match classify(line, text) {
             Some(Read::Record(r)) => out.push(r),
             Some(Read::Consumed) => {}
-            None if out.is_empty() => return None,
-            None => {}
+            None => {
+                // Not a failure's line: the metric adapters read it; what ended before it waits.
+                self.ready = out;
+                return None;
+            }
         }
         Some(out)
     }
@@ -113,7 +128,7 @@ pub(crate) fn classify(line: u64, t: &str) -> Option<Read> {
     let mut r = classify_families(line, t)?;
     if let Read::Record(rec) = &mut r {
         if rec.label("error").is_none() {
-            if let Some((ty, _)) = traceback::exception_line(t, false) {
+            if let Some(ty) = exception_type_in(t) {
                 rec.labels.push(("error".into(), Label::Text(ty.to_string())));
             }
         }
@@ -161,6 +176,19 @@ impl Bytes {
     pub(crate) fn upper(&self) -> bool {
         self.0 & ((1 << 22) - 1) != 0
     }
+}
+
+/// The exception type a line names before its message (`RuntimeError: …`, also behind a
+/// prefix no wrapper took off: `node-7: torch.OutOfMemoryError: …`).
+fn exception_type_in(t: &str) -> Option<&str> {
+    for (i, _) in t.match_indices(": ").take(4) {
+        let head = &t[..i];
+        let word = head.rsplit(|c: char| c.is_whitespace()).next().unwrap_or(head);
+        if let Some((ty, _)) = traceback::exception_line(word, false) {
+            return Some(ty);
+        }
+    }
+    None
 }
 
 pub(crate) fn classify_families(line: u64, t: &str) -> Option<Read> {

@@ -135,7 +135,8 @@ impl Block {
             // Before any entry only the title may come (centered, so indented).
             return if indented { Step::Took(out) } else { self.end(out) };
         };
-        if self.traceback && indented {
+        let depth = text.len() - text.trim_start().len();
+        if self.traceback && (indented || super::traceback::exception_line(t, true).is_some()) {
             // The child's traceback, indented two more: frames, code, its exception line.
             if let Some((file, src, func)) = t.strip_prefix("File \"").and_then(super::traceback::user_frame) {
                 for key in ["file", "src_line", "func"] {
@@ -145,7 +146,8 @@ impl Block {
                 entry.int("src_line", src);
                 entry.text("func", &func);
             } else if let Some((ty, msg)) = super::traceback::exception_line(t, true) {
-                if text.starts_with("  ") && !text.starts_with("   ") {
+                // Printed two in (frames four, code six); a wrapper may have taken a space off.
+                if depth < 4 {
                     entry.labels.retain(|(k, _)| k != "error" && k != "reason");
                     entry.text("error", ty);
                     entry.text("reason", msg.trim());

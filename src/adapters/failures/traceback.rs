@@ -174,6 +174,16 @@ impl Traceback {
             self.code = 0;
             return Step::Took;
         }
+        if let Some(frame) = t.trim_start().strip_prefix("File \"") {
+            // A frame line (indented by two; a wrapper may have taken its indentation off).
+            self.code = 0;
+            if let Some(frame) = parse_frame(frame) {
+                if is_user(&frame.0) {
+                    self.frame = Some(frame);
+                }
+            }
+            return Step::Took;
+        }
         if t.starts_with(' ') || t.starts_with('\t') {
             if let Some(frame) = t.trim_start().strip_prefix("File \"") {
                 self.code = 0;
