@@ -114,14 +114,14 @@ impl Failures {
 }
 
 /// What one line says on its own.
-pub(crate) enum Read {
+pub enum Read {
     Record(Record),
     /// A line of a failure family that gives no record (`NCCL INFO` chatter): kept from the metric adapters.
     Consumed,
 }
 
 /// Reads one line alone: the families, each behind a cheap gate, then exception types.
-pub(crate) fn classify(line: u64, t: &str) -> Option<Read> {
+pub fn classify(line: u64, t: &str) -> Option<Read> {
     if t.len() < 6 {
         return None;
     }

@@ -273,7 +273,7 @@ pub(super) fn parse(line: u64, t: &str, b: &Bytes) -> Option<Record> {
         }
         if let Some(rest) = after(t, "Received ") {
             // `Received 15 death signal, shutting down workers`, `Received Signals.SIGTERM death signal, …`
-            let (sig, _) = rest.split_once(" death signal")?;
+            let (sig, _) = rest.split_once(" death signal, shutting down workers")?;
             let mut r = event(line, "death_signal");
             signal(&mut r, sig.trim_start_matches("Signals."));
             return Some(r);
