@@ -180,7 +180,10 @@ mod tests {
         let srun = "srun: error: node01: task 3: Exited with exit code 1";
         assert_eq!(last(&[srun, "Sending process 4244 closing signal SIGTERM"]).as_deref(), Some(srun));
         let timeout = "[E ProcessGroupNCCL.cpp:464] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, Timeout(ms)=10000) ran for 10917 milliseconds before timing out.";
-        let after = ["[E ProcessGroupNCCL.cpp:478] Some NCCL operations have failed or timed out.", "To avoid data inconsistency, we are taking the entire process down."];
+        let after = [
+            "[E ProcessGroupNCCL.cpp:478] Some NCCL operations have failed or timed out.",
+            "To avoid data inconsistency, we are taking the entire process down.",
+        ];
         assert_eq!(last(&[timeout, after[0], after[1]]).as_deref(), Some(timeout));
         assert_eq!(last(&["NCCL version 2.18.1+cuda12.1", "export NCCL_DEBUG=INFO"]), None);
     }

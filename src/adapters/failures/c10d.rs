@@ -129,10 +129,16 @@ fn sequence(r: &mut Record, after_phrase: &str) {
     if let Some((seq, _)) = lead_int(after_phrase) {
         r.int("seq", seq);
     }
-    if let Some((n, _)) = after(after_phrase, "enqueued NCCL work: ").or_else(|| after(after_phrase, "enqueued work: ")).and_then(lead_int) {
+    if let Some((n, _)) = after(after_phrase, "enqueued NCCL work: ")
+        .or_else(|| after(after_phrase, "enqueued work: "))
+        .and_then(lead_int)
+    {
         r.int("last_enqueued", n);
     }
-    if let Some((n, _)) = after(after_phrase, "completed NCCL work: ").or_else(|| after(after_phrase, "completed work: ")).and_then(lead_int) {
+    if let Some((n, _)) = after(after_phrase, "completed NCCL work: ")
+        .or_else(|| after(after_phrase, "completed work: "))
+        .and_then(lead_int)
+    {
         r.int("last_completed", n);
     }
 }
@@ -210,7 +216,9 @@ fn phrases(line: u64, t: &str, nccl: bool, watchdog: bool, message: Option<&str>
         12 | 13 => "process_teardown",
         14 => {
             // `Received a dump signal …`, `Received a timeout signal …`, `Received a global timeout from another rank …`
-            let signal = rest.starts_with("dump signal") || rest.starts_with("timeout signal") || rest.starts_with("global timeout");
+            let signal = rest.starts_with("dump signal")
+                || rest.starts_with("timeout signal")
+                || rest.starts_with("global timeout");
             if !signal {
                 return None;
             }

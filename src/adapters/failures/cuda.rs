@@ -63,8 +63,17 @@ fn oom(line: u64, t: &str) -> Option<Record> {
     }
     let sizes = [
         ("tried_mib", after(rest, "Tried to allocate ").and_then(size_mib)),
-        ("total_mib", size("; ", " total capacity").or_else(|| size("has a total capacity of ", " of which")).or_else(|| size("has a total capacty of ", " of which"))),
-        ("allocated_mib", size("capacity; ", " already allocated").or_else(|| size("Of the allocated memory ", " is allocated by PyTorch"))),
+        (
+            "total_mib",
+            size("; ", " total capacity")
+                .or_else(|| size("has a total capacity of ", " of which"))
+                .or_else(|| size("has a total capacty of ", " of which")),
+        ),
+        (
+            "allocated_mib",
+            size("capacity; ", " already allocated")
+                .or_else(|| size("Of the allocated memory ", " is allocated by PyTorch")),
+        ),
         ("free_mib", size("already allocated; ", " free").or_else(|| size(" of which ", " is free"))),
         ("allowed_mib", size("free; ", " allowed")),
         ("reserved_mib", last_size(rest, " reserved in total by PyTorch")),

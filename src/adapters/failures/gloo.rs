@@ -33,7 +33,15 @@ pub(super) fn parse(line: u64, t: &str) -> Option<Record> {
     r.int("src_line", src);
     let msg = msg.trim();
     r.text("reason", msg);
-    for head in ["Connection closed by peer ", "Read error ", "Write error ", "Socket closed ", "connect ", "Read timeout ", "Write timeout "] {
+    for head in [
+        "Connection closed by peer ",
+        "Read error ",
+        "Write error ",
+        "Socket closed ",
+        "connect ",
+        "Read timeout ",
+        "Write timeout ",
+    ] {
         if let Some(peer) = msg.strip_prefix(head) {
             let peer = peer.split_whitespace().next().unwrap_or("");
             r.text("peer", peer.trim_end_matches(':'));

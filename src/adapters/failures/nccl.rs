@@ -21,10 +21,10 @@ use super::{after, event, info, lead_int, Put, Read};
 use crate::adapters::Record;
 
 pub(super) fn parse(line: u64, t: &str) -> Option<Read> {
-    if let Some(i) = t.find(" NCCL WARN ") {
+    if let Some(i) = t.find(" NCCL WARN ").filter(|i| headed(&t[..*i])) {
         return Some(Read::Record(warn(line, &t[..i], &t[i + " NCCL WARN ".len()..])));
     }
-    if let Some(i) = t.find(" NCCL INFO ") {
+    if let Some(i) = t.find(" NCCL INFO ").filter(|i| headed(&t[..*i])) {
         let msg = &t[i + " NCCL INFO ".len()..];
         return Some(match info_line(line, msg) {
             Some(mut r) => {
@@ -44,6 +44,17 @@ pub(super) fn parse(line: u64, t: &str) -> Option<Read> {
         return version(line, v).map(Read::Record);
     }
     None
+}
+
+/// Whether NCCL's own header ends `head`: the device (`[0]`, INFO) or the source place after it
+/// (`[0] misc/socket.cc:46`, WARN). Prose that names `NCCL WARN` has neither.
+fn headed(head: &str) -> bool {
+    let mut words = head.split_whitespace().rev();
+    let dev = |w: Option<&str>| {
+        w.and_then(|w| w.strip_prefix('[')).and_then(|w| w.strip_suffix(']')).is_some_and(|d| super::whole(d).is_some())
+    };
+    let last = words.next();
+    dev(last) || last.is_some_and(|w| w.rsplit_once(':').is_some_and(|(_, n)| whole(n))) && dev(words.next())
 }
 
 /// `HOST:PID:TID [DEV] FILE:LINE` (WARN) or `HOST:PID:TID [DEV]` (INFO), after any timestamp or

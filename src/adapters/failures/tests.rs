@@ -67,11 +67,15 @@ fn each_family_reads_its_lines_into_the_named_event() {
 
 #[test]
 fn nccl_info_facts_are_of_kind_info_and_the_rest_is_kept_from_the_metric_adapters() {
-    let got = one("node1:2840:2901 [0] NCCL INFO comm 0x55d3c1a0d8f0 rank 0 nranks 8 cudaDev 0 busId 18000 - Init COMPLETE");
+    let got =
+        one("node1:2840:2901 [0] NCCL INFO comm 0x55d3c1a0d8f0 rank 0 nranks 8 cudaDev 0 busId 18000 - Init COMPLETE");
     assert_eq!(got[0].kind, RecordKind::Info);
     assert!(got[0].failure(0).is_none(), "a fact is no failure");
     let mut f = Failures::default();
-    assert_eq!(f.push(1, "node1:2840:2901 [0] NCCL INFO Trees [0] 1/-1/-1->0->-1 [1] -1/-1/-1->0->1"), Some(Vec::new()));
+    assert_eq!(
+        f.push(1, "node1:2840:2901 [0] NCCL INFO Trees [0] 1/-1/-1->0->-1 [1] -1/-1/-1->0->1"),
+        Some(Vec::new())
+    );
 }
 
 #[test]
@@ -96,6 +100,8 @@ fn lines_that_only_mention_failures_give_nothing() {
         "torch.distributed.elastic.agent.server.api: [WARNING] Received 15 death signals so far",
         "Closing process group cleanly",
         "The above exception was the direct cause of the following exception:",
+        "Set NCCL_DEBUG=WARN to see the NCCL WARN lines of the transport",
+        "grep for NCCL INFO lines in the log to find the ring",
     ];
     for t in prose {
         assert!(one(t).is_empty(), "{t}: {:?}", one(t));
@@ -116,7 +122,12 @@ fn a_chained_traceback_is_one_record_whose_reason_is_the_last_exception() {
 #[test]
 fn the_line_that_ends_a_traceback_is_still_read_by_the_metric_adapters() {
     let mut reader = crate::adapters::LogReader::new(crate::adapters::Choice::Auto);
-    let lines = ["Traceback (most recent call last):", "  File \"/job/a.py\", line 3, in f", "ValueError: boom", "iter 10: loss 9.3812, time 1201.33ms, mfu 30.12%"];
+    let lines = [
+        "Traceback (most recent call last):",
+        "  File \"/job/a.py\", line 3, in f",
+        "ValueError: boom",
+        "iter 10: loss 9.3812, time 1201.33ms, mfu 30.12%",
+    ];
     let mut got = Vec::new();
     for (i, l) in lines.iter().enumerate() {
         got.extend(reader.push(i as u64 + 1, l.as_bytes()));
@@ -231,10 +242,13 @@ fn failures_cost() {
         let t0 = cpu_ns();
         for i in 0..n {
             let l = std::hint::black_box(&lines[i % lines.len()]);
-            std::hint::black_box(l.contains("ChildFailedError") || l.contains("Watchdog caught collective operation timeout") || l.contains("CUDA out of memory"));
+            std::hint::black_box(
+                l.contains("ChildFailedError")
+                    || l.contains("Watchdog caught collective operation timeout")
+                    || l.contains("CUDA out of memory"),
+            );
         }
         let three = (cpu_ns() - t0) as f64 / n as f64;
         println!("round {round}: reader {all:.0} ns/line ({:.0} lines/s CPU), failures {ours:.0} ns/line, the old three searches {three:.0} ns/line", 1e9 / all);
     }
 }
-

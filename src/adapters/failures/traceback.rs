@@ -49,7 +49,12 @@ pub(super) struct Traceback {
 enum Phase {
     Frames,
     /// The exception line was read: held until it is certain no chained exception follows.
-    Held { record: Record, blanks: u32, continuation: u32, last_error: bool },
+    Held {
+        record: Record,
+        blanks: u32,
+        continuation: u32,
+        last_error: bool,
+    },
     /// Between a chain's separator and the next `Traceback`.
     Chain,
 }
@@ -122,7 +127,9 @@ impl Traceback {
                     || t == "The above exception was the direct cause of the following exception:"
                 {
                     self.chain()
-                } else if let Some(n) = t.strip_prefix("-- Process ").and_then(|s| s.strip_suffix(" terminated with the following error:")) {
+                } else if let Some(n) =
+                    t.strip_prefix("-- Process ").and_then(|s| s.strip_suffix(" terminated with the following error:"))
+                {
                     self.process = super::whole(n);
                     self.chain()
                 } else if *blanks == 0
@@ -278,7 +285,8 @@ pub(crate) fn exception_line(t: &str, lenient: bool) -> Option<(&str, &str)> {
     let named = ["Error", "Exception", "Interrupt", "Exit"].iter().any(|s| last.ends_with(s));
     let camel = last.bytes().next().is_some_and(|b| b.is_ascii_uppercase())
         && last.bytes().any(|b| b.is_ascii_lowercase())
-        && (ty.contains('.') || ["StopIteration", "StopAsyncIteration", "GeneratorExit", "Warning"].iter().any(|s| last.ends_with(s)));
+        && (ty.contains('.')
+            || ["StopIteration", "StopAsyncIteration", "GeneratorExit", "Warning"].iter().any(|s| last.ends_with(s)));
     if named || lenient && camel {
         Some((ty, msg))
     } else {
@@ -302,7 +310,9 @@ pub(super) fn by_type(line: u64, ty: &str, msg: &str, lenient: bool) -> Option<R
         }
         "SignalException" => "signal_exception",
         "RendezvousTimeoutError" => "rendezvous_timeout",
-        "RendezvousClosedError" | "RendezvousConnectionError" | "RendezvousError" | "RendezvousStateError" => "rendezvous_error",
+        "RendezvousClosedError" | "RendezvousConnectionError" | "RendezvousError" | "RendezvousStateError" => {
+            "rendezvous_error"
+        }
         "ProcessExitedException" => "process_exited",
         "OutOfMemoryError" => "cuda_oom",
         _ if lenient => "python_exception",
