@@ -7,6 +7,7 @@
 //! punctuation become lowercase `snake_case`, identifiers are kept verbatim.
 use serde::{Deserialize, Serialize};
 
+mod areal;
 mod clean;
 mod deepspeed;
 pub mod failures;
@@ -16,7 +17,9 @@ pub mod json;
 mod megatron;
 mod nanogpt;
 mod openrlhf;
+mod primerl;
 mod series;
+mod slime;
 #[cfg(test)]
 mod tests;
 mod torchtitan;
@@ -108,12 +111,15 @@ pub enum Format {
     Openrlhf,
     Torchtitan,
     Nanogpt,
+    Slime,
+    Areal,
+    Primerl,
     /// torchrun's ChildFailedError, NCCL watchdog timeouts, CUDA OOM: any framework's failures.
     Failures,
 }
 
 impl Format {
-    pub const ALL: [Format; 9] = [
+    pub const ALL: [Format; 12] = [
         Format::Megatron,
         Format::Deepspeed,
         Format::Hf,
@@ -122,6 +128,9 @@ impl Format {
         Format::Openrlhf,
         Format::Torchtitan,
         Format::Nanogpt,
+        Format::Slime,
+        Format::Areal,
+        Format::Primerl,
         Format::Failures,
     ];
 
@@ -135,6 +144,9 @@ impl Format {
             Format::Openrlhf => "openrlhf",
             Format::Torchtitan => "torchtitan",
             Format::Nanogpt => "nanogpt",
+            Format::Slime => "slime",
+            Format::Areal => "areal",
+            Format::Primerl => "primerl",
             Format::Failures => "failures",
         }
     }
@@ -215,15 +227,20 @@ pub struct LogReader {
     choice: Choice,
     failures: failures::Failures,
     comms: deepspeed::CommsTable,
+    verl_validation: verl::Validation,
+    areal_tables: areal::Tables,
     pub skipped: Skipped,
 }
 
 /// The metric adapters `auto` asks, most specific first (each checks a cheap prefix first).
-const AUTO: [Format; 8] = [
+const AUTO: [Format; 11] = [
     Format::Megatron,
     Format::Deepspeed,
     Format::Torchtitan,
     Format::Verl,
+    Format::Slime,
+    Format::Areal,
+    Format::Primerl,
     Format::Nanogpt,
     Format::Hf,
     Format::Openrlhf,
@@ -236,6 +253,8 @@ impl LogReader {
             choice,
             failures: failures::Failures::default(),
             comms: deepspeed::CommsTable::default(),
+            verl_validation: verl::Validation::default(),
+            areal_tables: areal::Tables::default(),
             skipped: Skipped::default(),
         }
     }
@@ -267,6 +286,17 @@ impl LogReader {
                 return records;
             }
         }
+        // Multi-line blocks: verl's pprinted validation metrics, AReaL's stats tables.
+        if matches!(self.choice, Choice::Auto | Choice::One(Format::Verl)) {
+            if let Some(records) = self.verl_validation.push(line, &text) {
+                return records;
+            }
+        }
+        if matches!(self.choice, Choice::Auto | Choice::One(Format::Areal)) {
+            if let Some(records) = self.areal_tables.push(line, &text) {
+                return records;
+            }
+        }
         let record = match self.choice {
             Choice::One(Format::Failures) | Choice::None => None,
             Choice::One(format) => parse(format, line, &text),
@@ -293,6 +323,9 @@ fn parse(format: Format, line: u64, text: &str) -> Option<Record> {
         Format::Openrlhf => openrlhf::parse(line, text),
         Format::Torchtitan => torchtitan::parse(line, text),
         Format::Nanogpt => nanogpt::parse(line, text),
+        Format::Slime => slime::parse(line, text),
+        Format::Areal => areal::parse(line, text),
+        Format::Primerl => primerl::parse(line, text),
         Format::Failures => None,
     }
 }
@@ -313,7 +346,24 @@ fn nan_loss(record: &Record) -> Option<Record> {
 /// The cockpit's standard series a training step also writes, where the framework's metric
 /// means the same: the first of each list that the record has.
 const STANDARD: [(&str, &[(&str, f64)]); 5] = [
-    ("loss", &[("loss", 1.0), ("lm_loss", 1.0), ("train_loss", 1.0), ("train/loss", 1.0)]),
+    (
+        "loss",
+        &[
+            ("loss", 1.0),
+            ("lm_loss", 1.0),
+            ("train_loss", 1.0),
+            ("train/loss", 1.0),
+            // RL frameworks: the policy's loss (verl, OpenRLHF, AReaL realhf and lite/1.x),
+            // OpenRLHF's SFT loss, PRIME-RL's printed `Loss`.
+            ("actor/pg_loss", 1.0),
+            ("policy_loss", 1.0),
+            ("gpt_loss", 1.0),
+            ("Loss", 1.0),
+            ("actor_loss", 1.0),
+            ("update/actor_loss/avg", 1.0),
+            ("grpo_actor/actor_loss/avg", 1.0),
+        ],
+    ),
     (
         "step_time_ms",
         &[
@@ -322,11 +372,53 @@ const STANDARD: [(&str, &[(&str, f64)]); 5] = [
             ("time_ms", 1.0),
             ("timing_s/step", 1000.0),
             ("perf/time_per_step", 1000.0),
+            // verl's SFT `train/time(s)`, slime's `perf/step_time` (older: train wait + train),
+            // PRIME-RL's `Time`, AReaL realhf's end-to-end time, OpenRLHF's `timing/step_total`.
+            ("train_time_s", 1000.0),
+            ("perf/step_time", 1000.0),
+            ("perf/total_train_time", 1000.0),
+            ("time_s", 1000.0),
+            ("end_to_end_execution_time_s", 1000.0),
+            ("timing/step_total", 1000.0),
         ],
     ),
-    ("tokens_per_s", &[("tps", 1.0), ("perf/throughput", 1.0), ("tokens_per_second", 1.0)]),
-    ("lr", &[("lr", 1.0), ("learning_rate", 1.0), ("actor_lr", 1.0), ("actor/lr", 1.0)]),
-    ("grad_norm", &[("grad_norm", 1.0), ("actor/grad_norm", 1.0)]),
+    (
+        "tokens_per_s",
+        &[
+            ("tps", 1.0),
+            ("perf/throughput", 1.0),
+            ("tokens_per_second", 1.0),
+            ("throughput_tokens_s", 1.0),
+            ("perf/actor_train_tok_per_s", 1.0),
+        ],
+    ),
+    (
+        "lr",
+        &[
+            ("lr", 1.0),
+            ("learning_rate", 1.0),
+            ("actor_lr", 1.0),
+            ("actor/lr", 1.0),
+            // verl SFT (`train/lr(1e-3)` prints lr × 1000), slime's first param group,
+            // PRIME-RL's `LR`, AReaL's `update/lr` (lite: `grpo_actor/lr`).
+            ("train/lr", 1.0),
+            ("train_lr_1e_3", 0.001),
+            ("train/lr-pg_0", 1.0),
+            ("LR", 1.0),
+            ("update/lr", 1.0),
+            ("grpo_actor/lr", 1.0),
+        ],
+    ),
+    (
+        "grad_norm",
+        &[
+            ("grad_norm", 1.0),
+            ("actor/grad_norm", 1.0),
+            ("train/grad_norm", 1.0),
+            ("update/grad_norm", 1.0),
+            ("grpo_actor/grad_norm", 1.0),
+        ],
+    ),
 ];
 
 /// The cockpit's standard series a record also writes, where the framework's metric means the

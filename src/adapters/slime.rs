@@ -1,0 +1,98 @@
+//! slime (THUDM/slime, 0.1 to 0.3 and main): the metric dicts its training and rollout loops print, `NAME N: {dict}`.
+//!
+//! Each is `print` (to 0.1.x) or, from 2025-11, `logger.info` of `f"{name} {rollout_id}: {log_dict}"`:
+//! - `step {accumulated_step_id}: {'train/loss': ..., 'train/grad_norm': ..., 'train/lr-pg_0': ...}`
+//!   (`slime/backends/megatron_utils/model.py` `train`; `critic-step N` for the critic, and the
+//!   FSDP backend's `step N` in 0.2): a training step.
+//! - `rollout N`, `multi_turn N`, `passrate N` (`gather_log_data`: `rollout/...`,
+//!   `multi_turn/...`, `passrate/...`) and `perf N` (`log_perf_data`, the trainer's `perf/*_time`,
+//!   `perf/actor_train_tflops`, `perf/step_time`; the rollout manager's `perf/rollout_time`,
+//!   `perf/tokens_per_gpu_per_sec` and `rollout/*`): the rollout's statistics at rollout `N`,
+//!   training-step records too (slime's RL step is the rollout; with one optimizer step per
+//!   rollout, the default, `N` is the same step).
+//! - `eval N: {'eval/aime': ...}`: an `eval` record.
+//!
+//! Every key is namespaced (`train/`, `rollout/`, ...): a dict whose keys are not is not slime's.
+//! The logger's prefix (`[2025-11-20 10:00:00] model.py:918 - `,
+//! `slime/utils/logging_utils.py`) and Ray's actor prefix are the cleaner's.
+use super::value::count;
+use super::verl::py_dict;
+use super::{Label, Record, RecordKind};
+
+pub fn parse(line: u64, text: &str) -> Option<Record> {
+    let (head, _) = text.split_once(": {")?;
+    let (what, n) = head.split_once(' ')?;
+    let kind = match what {
+        "eval" => RecordKind::Eval,
+        "step" | "rollout" | "perf" | "passrate" | "multi_turn" => RecordKind::Step,
+        w if w.ends_with("-step") && w.len() > 5 && w.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') => {
+            RecordKind::Step
+        }
+        _ => return None,
+    };
+    let step = count(n)?;
+    let dict = &text[head.len() + 2..];
+    if !namespaced(dict) {
+        return None;
+    }
+    let mut r = Record::at(line, kind);
+    r.step = Some(step);
+    r.metrics = py_dict(dict)?;
+    if r.metrics.is_empty() {
+        return None;
+    }
+    r.labels.push(("log".into(), Label::Text(what.to_string())));
+    Some(r)
+}
+
+/// Every key of the printed dict has a `/`: `{'train/loss': ...`. A cheap look at the keys'
+/// text (the values are numbers), before the dict is read.
+fn namespaced(dict: &str) -> bool {
+    let mut keys = 0;
+    let mut rest = dict;
+    while let Some(at) = rest.find(['\'', '"']) {
+        let q = rest.as_bytes()[at];
+        let after = &rest[at + 1..];
+        let Some(end) = after.find(q as char) else { return false };
+        let quoted = &after[..end];
+        rest = &after[end + 1..];
+        // A quoted key is followed by `:`; a quoted value (a string) is skipped.
+        if rest.trim_start().starts_with(':') {
+            if !quoted.contains('/') {
+                return false;
+            }
+            keys += 1;
+        }
+    }
+    keys > 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_kind_of_dict() {
+        let r = parse(1, "step 3: {'train/loss': 0.5, 'train/grad_norm': 1.25, 'train/lr-pg_0': 1e-06, 'train/step': 3}").unwrap();
+        assert_eq!((r.kind, r.step, r.metrics.len()), (RecordKind::Step, Some(3), 4));
+        let r = parse(1, "critic-step 3: {'train/critic-value_loss': 0.5}").unwrap();
+        assert_eq!(r.kind, RecordKind::Step);
+        let r = parse(1, "eval 10: {'eval/aime': 0.25, 'eval/aime-truncated_ratio': 0.0}").unwrap();
+        assert_eq!((r.kind, r.step), (RecordKind::Eval, Some(10)));
+        let r = parse(1, "perf 2: {'perf/rollout_time': np.float64(61.5), 'rollout/response_len/mean': 512.0}").unwrap();
+        assert_eq!(r.metrics[0], ("perf/rollout_time".to_string(), 61.5));
+    }
+
+    #[test]
+    fn dicts_that_are_not_slimes() {
+        for t in [
+            "step 3: {'loss': 0.5}",
+            "load metadata: {'consumed': 3}",
+            "step 3: {'train/loss': 'x'}",
+            "Step 3: {'train/loss': 0.5}",
+            "rollout 3 of 10: {'rollout/x': 1}",
+        ] {
+            assert!(parse(1, t).is_none(), "{t}");
+        }
+    }
+}
