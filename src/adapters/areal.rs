@@ -83,8 +83,10 @@ fn rpc_dict(line: u64, text: &str) -> Option<Record> {
 pub struct Tables {
     /// The last `Train step G/M done.` (areal-lite): the step of the stats that follow.
     train_step: Option<u64>,
-    /// The record a header announced, waiting for its table's top rule.
-    pending: Option<Record>,
+    /// The record a header announced, waiting for its table's top rule, and how many more
+    /// lines it waits: the header's next line, or the one after it (the logger's own header
+    /// line of `logger.info("\n" + table)` when no cleaner took it).
+    pending: Option<(Record, u8)>,
     /// The table being read.
     open: Option<Record>,
 }
@@ -110,16 +112,23 @@ impl Tables {
             }
             return None;
         }
-        if let Some(r) = self.pending.take() {
+        if let Some((mut r, wait)) = self.pending.take() {
             if t.starts_with('╒') && t.ends_with('╕') {
-                let mut r = r;
                 r.line = line;
                 self.open = Some(r);
                 return Some(Vec::new());
             }
+            if wait > 1 && !t.starts_with('╒') {
+                if let Some(header) = self.header(line, t) {
+                    self.pending = header.map(|h| (h, 2));
+                    return Some(Vec::new());
+                }
+                self.pending = Some((r, wait - 1));
+                return None;
+            }
         }
         let header = self.header(line, t)?;
-        self.pending = header;
+        self.pending = header.map(|h| (h, 2));
         Some(Vec::new())
     }
 

@@ -355,6 +355,7 @@ const STANDARD: [(&str, &[(&str, f64)]); 5] = [
             ("train/loss", 1.0),
             // RL frameworks: the policy's loss (verl, OpenRLHF, AReaL realhf and lite/1.x),
             // OpenRLHF's SFT loss, PRIME-RL's printed `Loss`.
+            ("actor/loss", 1.0),
             ("actor/pg_loss", 1.0),
             ("policy_loss", 1.0),
             ("gpt_loss", 1.0),

@@ -39,7 +39,7 @@ pub fn parse(line: u64, text: &str) -> Option<Record> {
 }
 
 fn bar(line: u64, text: &str) -> Option<Record> {
-    if !text.contains("%|") {
+    if !(text.starts_with("Train step of epoch ") || text.starts_with("Episode [") || text.starts_with("Eval stage of ")) {
         return None;
     }
     let b = tqdm::bar(text)?;

@@ -31,8 +31,11 @@ use super::value::{count, leading_number, name, number};
 use super::{Label, Record, RecordKind};
 
 pub fn parse(line: u64, text: &str) -> Option<Record> {
-    let text = strip_debug_suffix(text);
     let first = *text.as_bytes().first()?;
+    if !matches!(first, b'S' | b's' | b'V' | b'T' | b'O' | b'F' | b'E') {
+        return None;
+    }
+    let text = strip_debug_suffix(text);
     match first {
         b'S' => {
             let rest = text.strip_prefix("Step ")?;

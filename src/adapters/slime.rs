@@ -20,8 +20,14 @@ use super::verl::py_dict;
 use super::{Label, Record, RecordKind};
 
 pub fn parse(line: u64, text: &str) -> Option<Record> {
-    let (head, _) = text.split_once(": {")?;
-    let (what, n) = head.split_once(' ')?;
+    // `NAME N: {`: the name, a space, digits, then `: {`, checked before anything is searched.
+    let space = text.bytes().take(24).position(|b| b == b' ')?;
+    let (what, rest) = (&text[..space], &text[space + 1..]);
+    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+    if digits == 0 || !rest[digits..].starts_with(": {") {
+        return None;
+    }
+    let (head, n) = (&text[..space + 1 + digits], &rest[..digits]);
     let kind = match what {
         "eval" => RecordKind::Eval,
         "step" | "rollout" | "perf" | "passrate" | "multi_turn" => RecordKind::Step,

@@ -23,7 +23,8 @@ pub fn parse(line: u64, text: &str) -> Option<Record> {
     if let Some(rest) = text.strip_prefix("step:") {
         return step_line(line, rest);
     }
-    if text.contains("validation metrics: {") {
+    // `Initial validation metrics: {`, `Final ...`, or pprint's repr of it on one line.
+    if matches!(text.as_bytes().first(), Some(b'I' | b'F' | b'"' | b'\'')) && text.contains("validation metrics: {") {
         let (when, metrics) = validation_sentence(text.trim())?;
         return Some(validation(line, when, metrics));
     }
