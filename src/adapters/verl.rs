@@ -16,6 +16,8 @@
 //! ` '0.2835}')`. `Validation` joins them (a reader's state); the SFT trainers `print` the same
 //! sentence on one line. Ray's `(TaskRunner pid=N)` / `(main_task pid=N)` prefix is the
 //! cleaner's. Keys follow the one name rule (`value::name`): `mean@1` is not an identifier.
+//! The workers' `log_gpu_memory_usage` lines (`After init model, memory allocated (GB): 1.2,
+//! memory reserved (GB): 1.5`) are `memory` records.
 use super::value::{count, name, number};
 use super::{Label, Record, RecordKind};
 
@@ -28,7 +30,27 @@ pub fn parse(line: u64, text: &str) -> Option<Record> {
         let (when, metrics) = validation_sentence(text.trim())?;
         return Some(validation(line, when, metrics));
     }
+    if let Some(at) = text.find(", memory allocated (GB): ") {
+        return memory(line, &text[..at], &text[at + 2..]);
+    }
     None
+}
+
+/// `log_gpu_memory_usage` / `GPUMemoryLogger` (`verl/utils/debug/performance.py`, later
+/// `verl/utils/profiler/performance.py`): `{head}, memory allocated (GB): {a}, memory reserved
+/// (GB): {r}` and, from 0.4, `, device memory used/total (GB): {u}/{t}` (the total is no metric).
+fn memory(line: u64, head: &str, rest: &str) -> Option<Record> {
+    let mut r = Record::at(line, RecordKind::Memory);
+    for part in rest.split(", ") {
+        let (label, value) = part.split_once(": ")?;
+        if !label.ends_with("(GB)") {
+            return None;
+        }
+        let value = value.split_once('/').map_or(value, |(used, _)| used);
+        r.metrics.push((name(label), number(value)?));
+    }
+    r.labels.push(("at".into(), Label::Text(head.trim().to_string())));
+    Some(r)
 }
 
 /// `step:12 - actor/pg_loss:-0.0123 - critic/score/mean:0.5`: every segment `key:value`.
@@ -139,7 +161,8 @@ impl Validation {
         }
         // The first line: `(` and the first literal, which starts the sentence.
         let first = t.strip_prefix('(')?;
-        if !(first.starts_with("\"Initial validation metrics: {") || first.starts_with("\"Final validation metrics: {")) {
+        let body = first.get(1..).unwrap_or("");
+        if !(body.starts_with("Initial validation metrics:") || body.starts_with("Final validation metrics:")) {
             return None;
         }
         let (lit, rest) = py_literal(first)?;
@@ -321,6 +344,19 @@ mod tests {
         assert_eq!(v.push(20, "(\"Initial validation metrics: {'a': \""), Some(vec![]));
         assert_eq!(v.push(21, "step:1 - a:1"), None);
         assert_eq!(v.push(22, " '1}')"), None);
+        // pprint may cut before the dict: the first literal is then single-quoted.
+        assert_eq!(v.push(30, "('Initial validation metrics: '"), Some(vec![]));
+        assert_eq!(v.push(31, " \"{'val-core/a_very_long_key/mean@1': 0.5}\")").unwrap().len(), 1);
+        assert_eq!(v.push(32, "(é"), None);
+    }
+
+    #[test]
+    fn memory_lines() {
+        let r = parse(1, "After init model, memory allocated (GB): 12.5, memory reserved (GB): 13.25").unwrap();
+        assert_eq!((r.kind, metrics(&r)), (RecordKind::Memory, vec![("memory_allocated_gb", 12.5), ("memory_reserved_gb", 13.25)]));
+        let r = parse(1, "actor After update_policy, memory allocated (GB): 20.11, memory reserved (GB): 31.02, device memory used/total (GB): 40.50/79.11").unwrap();
+        assert_eq!(r.metrics[2], ("device_memory_used_total_gb".to_string(), 40.5));
+        assert!(parse(1, "Oops, memory allocated (GB): unknown").is_none());
     }
 
     #[test]
