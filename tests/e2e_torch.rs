@@ -253,3 +253,69 @@ fn under_torchrun_a_rank_that_raises_fails_the_run_with_its_own_error_and_exit_c
     );
     db.finish();
 }
+
+/// Runs the DDP example to its end with `fault` on rank `rank` at step 5, and returns the run's
+/// `show --json` and its headless output.
+fn failed_run(db: &Db, python: &std::path::Path, fault: &str, rank: u32) -> (Value, String) {
+    let recipe = db.path().join("ddp.toml");
+    let script = script();
+    let rank = rank.to_string();
+    let argv = [
+        python.to_str().unwrap(),
+        script.to_str().unwrap(),
+        "--steps",
+        "50",
+        "--fault",
+        fault,
+        "--fault-rank",
+        &rank,
+    ];
+    command_recipe_with(&recipe, &format!("ddp-{fault}"), &argv, 2, "");
+    let out = db.run(&["run", recipe.to_str().unwrap(), "--headless"]);
+    assert!(!out.status.success(), "a failed run exits non-zero");
+    let show = db.json(&["show", &format!("ddp-{fault}"), "--json"]);
+    (show, String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+#[test]
+fn a_ranks_dist_backend_error_is_a_failure_verdict_that_names_it_first() {
+    let Some(python) = venv_python() else {
+        skipped(file!(), "FD_VENV is not set (make test sets it)");
+        return;
+    };
+    let db = Db::new();
+    let (show, out) = failed_run(&db, &python, "backend-error", 1);
+    let v = verdicts_in(&show, "failure");
+    let v = v.first().unwrap_or_else(|| panic!("no failure verdict: {show:#}"));
+    assert_eq!(v["culprits"][0]["rank"], 1, "the root cause first: {v:#}");
+    let summary = v["summary"].as_str().unwrap();
+    for part in ["rank 1 (local, pid", "failed first", "DistBackendError", "NCCL communicator was aborted on rank 1"] {
+        assert!(summary.contains(part), "{part:?} not in {summary}");
+    }
+    assert!(out.contains("verdict failure"), "the headless run printed it: {out}");
+    db.finish();
+}
+
+#[test]
+fn a_printed_nccl_watchdog_timeout_is_a_failure_verdict_naming_its_rank_group_and_work() {
+    let Some(python) = venv_python() else {
+        skipped(file!(), "FD_VENV is not set (make test sets it)");
+        return;
+    };
+    let db = Db::new();
+    let (show, out) = failed_run(&db, &python, "nccl-timeout", 0);
+    let v = verdicts_in(&show, "failure");
+    let v = v.first().unwrap_or_else(|| panic!("no failure verdict: {show:#}"));
+    assert_eq!(v["culprits"][0]["rank"], 0, "the root cause first: {v:#}");
+    let summary = v["summary"].as_str().unwrap();
+    // DDP's all-reduce of step 5 (the script numbers it 2 × step), in the default group.
+    for part in ["rank 0 (local, pid", "nccl timeout", "ALLREDUCE work 10", "timeout 600 s"] {
+        assert!(summary.contains(part), "{part:?} not in {summary}");
+    }
+    assert!(out.contains("verdict failure"), "the headless run printed it: {out}");
+    db.finish();
+}
+
+fn verdicts_in(show: &Value, kind: &str) -> Vec<Value> {
+    show["verdicts"].as_array().unwrap().iter().filter(|v| v["kind"] == kind).cloned().collect()
+}

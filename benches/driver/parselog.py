@@ -27,7 +27,7 @@ LIVE_SECONDS = 5
 
 def mixed_log(path):
     fixture_lines = []
-    for f in sorted(glob.glob(os.path.join(ROOT, "tests/fixtures/logs/*.log"))):
+    for f in sorted(glob.glob(os.path.join(ROOT, "tests/fixtures/logs/**/*.log"), recursive=True)):
         with open(f, errors="replace") as fh:
             fixture_lines += [line.rstrip("\n") for line in fh]
     if not fixture_lines:

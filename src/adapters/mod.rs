@@ -8,14 +8,16 @@
 use serde::{Deserialize, Serialize};
 
 mod areal;
-mod clean;
+pub mod clean;
 mod deepspeed;
 pub mod failures;
 pub mod fatal;
 mod hf;
 pub mod json;
+mod llmc;
 mod megatron;
 mod nanogpt;
+mod nemo;
 mod openrlhf;
 mod primerl;
 mod series;
@@ -104,6 +106,8 @@ impl Record {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
     Megatron,
+    /// NeMo 2.x's `Training epoch N, iteration ...` lines, NeMo's Lightning bars, Megatron's timers.
+    Nemo,
     Deepspeed,
     Hf,
     Tqdm,
@@ -111,16 +115,22 @@ pub enum Format {
     Openrlhf,
     Torchtitan,
     Nanogpt,
+    /// llm.c's C/CUDA trainers, its PyTorch reference and its `main.log`.
+    Llmc,
+    /// slime's `step N: {...}`, `rollout N: {...}`, `perf N: {...}`, `eval N: {...}` dicts.
     Slime,
+    /// AReaL's realhf step line and RPC statistics, and its stats tables (realhf and areal-lite).
     Areal,
+    /// PRIME-RL's trainer and orchestrator step lines, zeroband to today.
     Primerl,
     /// torchrun's ChildFailedError, NCCL watchdog timeouts, CUDA OOM: any framework's failures.
     Failures,
 }
 
 impl Format {
-    pub const ALL: [Format; 12] = [
+    pub const ALL: [Format; 14] = [
         Format::Megatron,
+        Format::Nemo,
         Format::Deepspeed,
         Format::Hf,
         Format::Tqdm,
@@ -128,6 +138,7 @@ impl Format {
         Format::Openrlhf,
         Format::Torchtitan,
         Format::Nanogpt,
+        Format::Llmc,
         Format::Slime,
         Format::Areal,
         Format::Primerl,
@@ -137,6 +148,7 @@ impl Format {
     pub fn name(self) -> &'static str {
         match self {
             Format::Megatron => "megatron",
+            Format::Nemo => "nemo",
             Format::Deepspeed => "deepspeed",
             Format::Hf => "hf",
             Format::Tqdm => "tqdm",
@@ -144,6 +156,7 @@ impl Format {
             Format::Openrlhf => "openrlhf",
             Format::Torchtitan => "torchtitan",
             Format::Nanogpt => "nanogpt",
+            Format::Llmc => "llmc",
             Format::Slime => "slime",
             Format::Areal => "areal",
             Format::Primerl => "primerl",
@@ -222,39 +235,85 @@ pub struct Skipped {
 }
 
 /// One stream's reader: holds only what multi-line records need (torchrun's failure block,
-/// DeepSpeed's comms summary table).
+/// DeepSpeed's comms summary table, Megatron's `--timing-log-option all` block). A stream that
+/// interleaves ranks (torchrun's `[rank3]:` lines, `srun -l`) keeps a failure block per rank its
+/// prefixes name.
 pub struct LogReader {
     choice: Choice,
-    failures: failures::Failures,
+    failures: Vec<(Option<u32>, failures::Failures)>,
     comms: deepspeed::CommsTable,
+    rank_times: megatron::RankTimes,
+    /// verl's pprinted `Initial/Final validation metrics` over several lines.
     verl_validation: verl::Validation,
+    /// AReaL's stats tables under their header lines.
     areal_tables: areal::Tables,
+    /// Hosts whose pdsh `host: ` a line was read through: their lines are read without it first,
+    /// so a multi-line table behind pdsh is not closed by its own prefixed lines.
+    pdsh_hosts: Vec<String>,
+    /// The previous line's candidate pdsh host.
+    last_host: Option<String>,
     pub skipped: Skipped,
 }
 
+/// pdsh hosts a stream remembers (a launch over more nodes reads the rest whole first).
+const MAX_PDSH_HOSTS: usize = 256;
+
+/// Ranks whose failure blocks one stream keeps apart; lines of further ranks share one.
+const MAX_STREAM_RANKS: usize = 4096;
+
 /// The metric adapters `auto` asks, most specific first (each checks a cheap prefix first).
-const AUTO: [Format; 11] = [
+const AUTO: [Format; 13] = [
     Format::Megatron,
+    Format::Nemo,
     Format::Deepspeed,
     Format::Torchtitan,
     Format::Verl,
+    // Before nanoGPT, whose `step N: ...` eval reader would take slime's `step N: {...}`.
     Format::Slime,
     Format::Areal,
     Format::Primerl,
+    Format::Llmc,
     Format::Nanogpt,
     Format::Hf,
     Format::Openrlhf,
     Format::Tqdm,
 ];
 
+/// Which part of the reader took a line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Taker {
+    /// A failure (or a line inside a failure block).
+    Failures,
+    /// A row (or the header) of DeepSpeed's comms summary table.
+    CommsTable,
+    Adapter(Format),
+}
+
+/// What the reader did with one line (`parse-log --explain`).
+#[derive(Debug)]
+pub struct Explanation {
+    /// The line as read: `None` when it was skipped (too long, not UTF-8), with the reason.
+    pub skipped: Option<&'static str>,
+    /// The message the adapters read, once every wrapper was off.
+    pub message: String,
+    pub origin: clean::Origin,
+    /// The message after pdsh's `host: ` too, when only that reading was taken.
+    pub without_host: Option<String>,
+    pub taker: Option<Taker>,
+    pub records: Vec<Record>,
+}
+
 impl LogReader {
     pub fn new(choice: Choice) -> LogReader {
         LogReader {
             choice,
-            failures: failures::Failures::default(),
+            failures: Vec::new(),
             comms: deepspeed::CommsTable::default(),
+            rank_times: megatron::RankTimes::default(),
             verl_validation: verl::Validation::default(),
             areal_tables: areal::Tables::default(),
+            pdsh_hosts: Vec::new(),
+            last_host: None,
             skipped: Skipped::default(),
         }
     }
@@ -263,59 +322,172 @@ impl LogReader {
     /// completes. Failures are read whatever the format (any framework's job can fail); a line
     /// over `MAX_LINE_BYTES` or of invalid UTF-8 is counted and skipped.
     pub fn push(&mut self, line: u64, raw: &[u8]) -> Vec<Record> {
+        self.explain(line, raw).map(|e| e.records).unwrap_or_default()
+    }
+
+    /// `push`, saying how: `None` for a line that gave nothing and was no one's.
+    pub fn explain(&mut self, line: u64, raw: &[u8]) -> Option<Explanation> {
+        let skip = |why| Explanation {
+            skipped: Some(why),
+            message: String::new(),
+            origin: clean::Origin::default(),
+            without_host: None,
+            taker: None,
+            records: Vec::new(),
+        };
         if self.choice == Choice::None {
-            return Vec::new();
+            return None;
         }
         if raw.len() > MAX_LINE_BYTES {
             self.skipped.too_long += 1;
-            return Vec::new();
+            return Some(skip("over 64 KiB"));
         }
         let Ok(text) = std::str::from_utf8(raw) else {
             self.skipped.invalid_utf8 += 1;
-            return Vec::new();
+            return Some(skip("not UTF-8"));
         };
-        let text = clean::line(text);
-        if text.is_empty() {
-            return Vec::new();
+        let cleaned = clean::line(text);
+        if cleaned.text.is_empty() {
+            return None;
         }
-        if let Some(records) = self.failures.push(line, &text) {
-            return records;
+        let mut origin = cleaned.origin;
+        if origin.taken.contains(&clean::Wrapper::Pdsh) {
+            // A host certainly pdsh's (another wrapper followed it): its other lines are too.
+            if let Some(h) = origin.host.as_deref() {
+                self.remember_pdsh(h);
+            }
+        }
+        let host = cleaned.host_cut.zip(clean::pdsh_host(&cleaned.text));
+        // The same `host: ` on consecutive lines is pdsh's (a framework's own `key: ` lines
+        // learned this way cost a second reading, never a wrong one: the whole line is read after).
+        match host {
+            Some((_, (_, h))) if self.last_host.as_deref() == Some(h) => self.remember_pdsh(h),
+            Some((_, (_, h))) => self.last_host = Some(h.to_string()),
+            None => self.last_host = None,
+        }
+        let known = host.is_some_and(|(_, (_, h))| self.pdsh_hosts.iter().any(|k| k == h));
+        let mut taken = if known { None } else { self.read(line, &cleaned.text, &origin) };
+        let mut without_host = None;
+        if taken.is_none() {
+            // pdsh's `host: `, tried after the whole line (a framework's `step: ` must win)
+            // unless this host's lines were read that way before.
+            if let Some((cut, (_, host))) = host {
+                let inner = clean::line(&cleaned.text[cut..]);
+                let mut merged = inner.origin;
+                merged.host = merged.host.or_else(|| Some(host.to_string()));
+                merged.rank = merged.rank.or(origin.rank);
+                merged.local_rank = merged.local_rank.or(origin.local_rank);
+                let mut wrappers = origin.taken.clone();
+                wrappers.push(clean::Wrapper::Pdsh);
+                wrappers.append(&mut merged.taken);
+                merged.taken = wrappers;
+                taken = self.read(line, &inner.text, &merged);
+                if taken.is_some() {
+                    self.remember_pdsh(host);
+                    origin = merged;
+                    without_host = Some(inner.text.into_owned());
+                }
+            }
+            if taken.is_none() && known {
+                taken = self.read(line, &cleaned.text, &origin);
+            }
+        }
+        let (mut records, taker) = match taken {
+            Some((records, taker)) => (records, Some(taker)),
+            None => (Vec::new(), None),
+        };
+        for r in &mut records {
+            label_origin(r, &origin);
+        }
+        Some(Explanation { skipped: None, message: cleaned.text.into_owned(), origin, without_host, taker, records })
+    }
+
+    fn remember_pdsh(&mut self, host: &str) {
+        if self.pdsh_hosts.len() < MAX_PDSH_HOSTS && !self.pdsh_hosts.iter().any(|k| k == host) {
+            self.pdsh_hosts.push(host.to_string());
+        }
+    }
+
+    /// One cleaned message through the failure readers, the comms table and the adapters:
+    /// `None` when none of them took it.
+    fn read(&mut self, line: u64, text: &str, origin: &clean::Origin) -> Option<(Vec<Record>, Taker)> {
+        if let Some(records) = self.failures_of(origin.rank.or(origin.local_rank)).push(line, text) {
+            return Some((records, Taker::Failures));
         }
         if matches!(self.choice, Choice::Auto | Choice::One(Format::Deepspeed)) {
-            if let Some(records) = self.comms.push(line, &text) {
-                return records;
+            if let Some(records) = self.comms.push(line, text) {
+                return Some((records, Taker::CommsTable));
+            }
+        }
+        // Megatron's `--timing-log-option all` block (NeMo 2 prints it too): a row names its timer
+        // only through the line above it.
+        if let Choice::Auto | Choice::One(Format::Megatron | Format::Nemo) = self.choice {
+            if let Some(records) = self.rank_times.push(line, text) {
+                let format = if let Choice::One(f) = self.choice { f } else { Format::Megatron };
+                return Some((records, Taker::Adapter(format)));
             }
         }
         // Multi-line blocks: verl's pprinted validation metrics, AReaL's stats tables.
-        if matches!(self.choice, Choice::Auto | Choice::One(Format::Verl)) {
-            if let Some(records) = self.verl_validation.push(line, &text) {
-                return records;
+        if let Choice::Auto | Choice::One(Format::Verl) = self.choice {
+            if let Some(records) = self.verl_validation.push(line, text) {
+                return Some((records, Taker::Adapter(Format::Verl)));
             }
         }
-        if matches!(self.choice, Choice::Auto | Choice::One(Format::Areal)) {
-            if let Some(records) = self.areal_tables.push(line, &text) {
-                return records;
+        if let Choice::Auto | Choice::One(Format::Areal) = self.choice {
+            if let Some(records) = self.areal_tables.push(line, text) {
+                return Some((records, Taker::Adapter(Format::Areal)));
             }
         }
-        let record = match self.choice {
+        let (record, format) = match self.choice {
             Choice::One(Format::Failures) | Choice::None => None,
-            Choice::One(format) => parse(format, line, &text),
-            Choice::Auto => AUTO.iter().find_map(|f| parse(*f, line, &text)),
-        };
-        let Some(record) = record else { return Vec::new() };
+            Choice::One(format) => parse(format, line, text).map(|r| (r, format)),
+            Choice::Auto => AUTO.iter().find_map(|f| parse(*f, line, text).map(|r| (r, *f))),
+        }?;
         let nan = nan_loss(&record);
-        std::iter::once(record).chain(nan).collect()
+        Some((std::iter::once(record).chain(nan).collect(), Taker::Adapter(format)))
+    }
+
+    /// The failure readers' state for the rank a line's prefix named (`None`: no prefix).
+    fn failures_of(&mut self, rank: Option<u32>) -> &mut failures::Failures {
+        let at = match self.failures.iter().position(|(r, _)| *r == rank) {
+            Some(at) => at,
+            None if self.failures.len() < MAX_STREAM_RANKS => {
+                self.failures.push((rank, failures::Failures::default()));
+                self.failures.len() - 1
+            }
+            None => 0,
+        };
+        &mut self.failures[at].1
     }
 
     /// The end of the stream: records still open (a failure block at the very end).
     pub fn finish(&mut self) -> Vec<Record> {
-        self.failures.finish()
+        self.failures.iter_mut().flat_map(|(_, f)| f.finish()).collect()
+    }
+}
+
+/// The rank, local rank and host a line's wrappers named, on each record it gave, unless the
+/// record names its own (torchrun's report names the failed child).
+fn label_origin(r: &mut Record, origin: &clean::Origin) {
+    let ints = [("rank", origin.rank), ("local_rank", origin.local_rank)];
+    for (key, value) in ints {
+        if let Some(v) = value {
+            if r.label(key).is_none() {
+                r.labels.push((key.to_string(), Label::Int(i64::from(v))));
+            }
+        }
+    }
+    if let Some(host) = &origin.host {
+        if r.label("host").is_none() {
+            r.labels.push(("host".to_string(), Label::Text(host.clone())));
+        }
     }
 }
 
 fn parse(format: Format, line: u64, text: &str) -> Option<Record> {
     match format {
         Format::Megatron => megatron::parse(line, text),
+        Format::Nemo => nemo::parse(line, text),
         Format::Deepspeed => deepspeed::parse(line, text),
         Format::Hf => hf::parse(line, text),
         Format::Tqdm => tqdm::parse(line, text),
@@ -323,6 +495,7 @@ fn parse(format: Format, line: u64, text: &str) -> Option<Record> {
         Format::Openrlhf => openrlhf::parse(line, text),
         Format::Torchtitan => torchtitan::parse(line, text),
         Format::Nanogpt => nanogpt::parse(line, text),
+        Format::Llmc => llmc::parse(line, text),
         Format::Slime => slime::parse(line, text),
         Format::Areal => areal::parse(line, text),
         Format::Primerl => primerl::parse(line, text),
@@ -353,6 +526,9 @@ const STANDARD: [(&str, &[(&str, f64)]); 5] = [
             ("lm_loss", 1.0),
             ("train_loss", 1.0),
             ("train/loss", 1.0),
+            ("reduced_train_loss", 1.0),
+            ("trl", 1.0),
+            ("loss/mean", 1.0),
             // RL frameworks: the policy's loss (verl, OpenRLHF, AReaL realhf and lite/1.x),
             // OpenRLHF's SFT loss, PRIME-RL's printed `Loss`.
             ("actor/loss", 1.0),
@@ -370,9 +546,13 @@ const STANDARD: [(&str, &[(&str, f64)]); 5] = [
         &[
             ("step_time_ms", 1.0),
             ("elapsed_time_per_iteration_ms", 1.0),
+            ("elapsed_time_per_iteration_s", 1000.0),
+            ("train_step_timing_in_s", 1000.0),
             ("time_ms", 1.0),
+            ("iter_time_s", 1000.0),
             ("timing_s/step", 1000.0),
             ("perf/time_per_step", 1000.0),
+            ("step_avg_ms", 1.0),
             // verl's SFT `train/time(s)`, slime's `perf/step_time` (older: train wait + train),
             // PRIME-RL's `Time`, AReaL realhf's end-to-end time, OpenRLHF's `timing/step_total`.
             ("train_time_s", 1000.0),
@@ -389,6 +569,10 @@ const STANDARD: [(&str, &[(&str, f64)]); 5] = [
             ("tps", 1.0),
             ("perf/throughput", 1.0),
             ("tokens_per_second", 1.0),
+            ("wps", 1.0),
+            ("tok/s", 1.0),
+            ("toks/s", 1.0),
+            ("perf/trainer/tokens_per_second_full_step", 1.0),
             ("throughput_tokens_s", 1.0),
             ("perf/actor_train_tok_per_s", 1.0),
         ],
@@ -400,7 +584,8 @@ const STANDARD: [(&str, &[(&str, f64)]); 5] = [
             ("learning_rate", 1.0),
             ("actor_lr", 1.0),
             ("actor/lr", 1.0),
-            // verl SFT (`train/lr(1e-3)` prints lr × 1000), slime's first param group,
+            ("trainer/lr", 1.0),
+            // verl SFT (`train/lr(1e-3)` prints lr x 1000), slime's first param group,
             // PRIME-RL's `LR`, AReaL's `update/lr` (lite: `grpo_actor/lr`).
             ("train/lr", 1.0),
             ("train_lr_1e_3", 0.001),
@@ -415,6 +600,8 @@ const STANDARD: [(&str, &[(&str, f64)]); 5] = [
         &[
             ("grad_norm", 1.0),
             ("actor/grad_norm", 1.0),
+            ("norm", 1.0),
+            ("trainer/grad_norm/mean", 1.0),
             ("train/grad_norm", 1.0),
             ("update/grad_norm", 1.0),
             ("grpo_actor/grad_norm", 1.0),

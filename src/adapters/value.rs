@@ -52,9 +52,10 @@ pub fn number(printed: &str) -> Option<f64> {
         return thousands(s);
     }
     match s {
-        "nan" | "NaN" | "-nan" => Some(f64::NAN),
-        "inf" | "Inf" | "+inf" | "infinity" => Some(f64::INFINITY),
-        "-inf" | "-Inf" | "-infinity" => Some(f64::NEG_INFINITY),
+        // Python's `{:E}` prints `NAN`/`INF`; Lightning's bar pads them (`nan.0`, `-inf.`).
+        "nan" | "NaN" | "-nan" | "NAN" | "-NAN" | "nan.0" | "nan." => Some(f64::NAN),
+        "inf" | "Inf" | "+inf" | "infinity" | "INF" | "+INF" | "inf.0" | "inf." => Some(f64::INFINITY),
+        "-inf" | "-Inf" | "-infinity" | "-INF" | "-inf.0" | "-inf." => Some(f64::NEG_INFINITY),
         _ if s.bytes().all(|b| b.is_ascii_digit() || matches!(b, b'-' | b'+' | b'.' | b'e' | b'E')) => s.parse().ok(),
         _ => None,
     }

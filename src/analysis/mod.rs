@@ -6,6 +6,7 @@
 //! server restart does not look like a hang; skew and durations use the ranks' own timestamps. Nothing here does I/O, so the tests feed
 //! it recorded sequences.
 mod classify;
+mod logfail;
 mod straggler;
 #[cfg(test)]
 mod tests;
@@ -130,6 +131,9 @@ pub struct Analyzer {
     last_saved: Option<u64>,
     checkpoint_failing_given: bool,
     stragglers: straggler::Stragglers,
+    /// What the ranks' logs reported failing, and the verdict it gave while it holds.
+    log_failures: logfail::LogFailures,
+    failure: Option<Verdict>,
 }
 
 /// Whether a rank's recorder shows its program in its loop: a collective open now that it
@@ -165,6 +169,8 @@ impl Analyzer {
             last_saved: None,
             checkpoint_failing_given: false,
             stragglers: straggler::Stragglers::default(),
+            log_failures: logfail::LogFailures::default(),
+            failure: None,
         }
     }
 
@@ -192,6 +198,7 @@ impl Analyzer {
     /// The verdicts that hold now: the hang, if any, and the flagged stragglers.
     pub fn active(&self) -> Vec<Verdict> {
         let mut out: Vec<Verdict> = self.hang.iter().map(|(v, _)| v.clone()).collect();
+        out.extend(self.failure.iter().cloned());
         out.extend(self.stragglers.flagged());
         out
     }
@@ -253,8 +260,12 @@ impl Analyzer {
     }
 
     /// A training step read from a rank's log is progress like a reported step: it arms hang
-    /// detection for programs that report nothing else, and its step time feeds the median.
+    /// detection for programs that report nothing else, and its step time feeds the median. A
+    /// failure it reports feeds the `failure` verdict, unless a stop or kill caused it.
     fn log_record(&mut self, now_ms: u64, rank: u32, record: &crate::adapters::Record) {
+        if record.kind == crate::adapters::RecordKind::Event && !self.ending {
+            self.log_failures.observe(now_ms, rank, record);
+        }
         if record.kind != crate::adapters::RecordKind::Step {
             return;
         }
@@ -296,6 +307,9 @@ impl Analyzer {
         self.last_progress_ms = now_ms;
         if self.hang.take().is_some() {
             tracing::info!("progress resumed: the hang verdict no longer holds");
+        }
+        if self.failure.take().is_some() {
+            tracing::info!("progress resumed: the failure verdict no longer holds");
         }
     }
 
@@ -456,6 +470,11 @@ impl Analyzer {
                 self.hang = Some((v.clone(), Vec::new()));
                 out.push(v);
             }
+        }
+        let hang = self.hang.as_ref().map(|(v, _)| v);
+        if let Some(v) = self.log_failures.confirm(&self.ranks, now_ms, now_or_never, hang) {
+            self.failure = Some(v.clone());
+            out.push(v);
         }
         if let Some((rank, since, waiting)) = self.pending_dead.clone() {
             if self.mismatch_given || self.pending_mismatch.is_some() && !now_or_never {

@@ -633,3 +633,86 @@ fn two_failed_saves_in_a_row_are_a_checkpoint_failing_verdict_naming_the_steps_a
     s.msg(0, failed(51));
     assert_eq!(s.kinds().len(), 1);
 }
+
+/// A failure event as the failure adapter gives it, from rank `rank`'s log.
+fn log_failure(s: &mut Sim, rank: u32, event: &str, labels: &[(&str, i64)]) {
+    use crate::adapters::{Label, Record, RecordKind};
+    let mut record = Record::at(7, RecordKind::Event);
+    record.labels.push(("event".into(), Label::Text(event.into())));
+    record.labels.extend(labels.iter().map(|(k, v)| (k.to_string(), Label::Int(*v))));
+    s.ev(AgentEvent::LogRecord { rank: Rank(rank), record });
+}
+
+#[test]
+fn a_failure_in_a_ranks_log_is_a_verdict_naming_the_first_rank_to_fail() {
+    let mut s = sim(3);
+    s.steady(3);
+    // Rank 2's log fails first; rank 0's a little later, because of it.
+    let mut reader = crate::adapters::LogReader::new(crate::adapters::Choice::Auto);
+    let line = b"[rank2]:[E1203 10:00:00.123456 4243 ProcessGroupNCCL.cpp:632] [Rank 2] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1024, NumelOut=1024, Timeout(ms)=600000) ran for 600012 milliseconds before timing out.";
+    for record in reader.push(1, line) {
+        s.ev(AgentEvent::LogRecord { rank: Rank(2), record });
+    }
+    s.wait_until(s.now + 200);
+    log_failure(&mut s, 0, "dist_backend_error", &[]);
+    assert!(s.kinds().is_empty(), "the verdict waits for the other ranks' lines: {:?}", s.given);
+    s.wait_until(s.now + 2 * CONFIRM_MS);
+    assert_eq!(s.kinds(), vec![VerdictKind::Failure]);
+    let v = &s.given[0];
+    assert_eq!(v.culprits.iter().map(|c| c.rank).collect::<Vec<_>>(), vec![2, 0], "root cause first: {}", v.summary);
+    assert!(v.summary.starts_with("rank 2 (local, pid 102) failed first: nccl timeout"), "{}", v.summary);
+    assert!(v.summary.contains("ALLREDUCE work 5") && v.summary.contains("then rank 0 (dist backend error)"), "{}", v.summary);
+    assert_eq!(v.waiting, vec![1], "the rank that said nothing");
+    assert!(v.kind.is_hang(), "an incident report and a stack dump");
+    assert!(s.a.active().iter().any(|a| a.kind == VerdictKind::Failure), "it holds");
+    s.steady(1);
+    assert!(!s.a.active().iter().any(|a| a.kind == VerdictKind::Failure), "progress ends it");
+}
+
+#[test]
+fn the_rank_whose_last_completed_work_is_behind_is_named_whatever_the_order_of_the_lines() {
+    let mut s = sim(4);
+    s.steady(2);
+    // Ranks 0, 2, 3 completed work 5 and timed out in 6; rank 1 never finished 5. Its line
+    // arrives last.
+    for r in [0, 2, 3] {
+        log_failure(&mut s, r, "nccl_timeout", &[("seq", 6), ("last_enqueued", 6), ("last_completed", 5)]);
+    }
+    log_failure(&mut s, 1, "nccl_timeout", &[("seq", 5), ("last_enqueued", 5), ("last_completed", 4)]);
+    s.wait_until(s.now + 2 * CONFIRM_MS);
+    let v = &s.given[0];
+    assert_eq!(v.culprits[0].rank, 1, "{}", v.summary);
+    assert!(v.summary.starts_with("rank 1 (local, pid 101) never finished work 5"), "{}", v.summary);
+}
+
+#[test]
+fn failures_printed_while_a_run_is_stopped_give_no_verdict() {
+    let mut s = sim(2);
+    s.steady(2);
+    s.a.ending();
+    log_failure(&mut s, 0, "signal_exception", &[("signal", 15)]);
+    s.wait_until(s.now + 2 * CONFIRM_MS);
+    assert!(s.kinds().is_empty(), "{:?}", s.given);
+    // A NaN loss is no failure of a rank either (recovery.on_nan decides).
+    let mut s = sim(2);
+    s.steady(2);
+    log_failure(&mut s, 0, "nan_loss", &[]);
+    s.wait_until(s.now + 2 * CONFIRM_MS);
+    assert!(s.kinds().is_empty(), "{:?}", s.given);
+}
+
+#[test]
+fn a_failure_verdict_says_whether_the_flight_recorder_agrees() {
+    let mut s = sim(2);
+    s.steady(3);
+    // Rank 1 never enters the next collective: the hang verdict names it.
+    s.seq += 1;
+    let seq = s.seq;
+    s.msg(0, RankMsg::Collective(record(seq, s.step + 1, 1024, s.now, None)));
+    s.wait_until(s.now + 5000 * SLACK + 1000);
+    assert_eq!(s.kinds(), vec![VerdictKind::NeverEntered], "{:?}", s.given);
+    log_failure(&mut s, 1, "nccl_timeout", &[("seq", seq as i64)]);
+    s.wait_until(s.now + 2 * CONFIRM_MS);
+    let v = s.given.iter().find(|v| v.kind == VerdictKind::Failure).expect("a failure verdict");
+    assert!(v.summary.contains("the flight recorder agrees (never-entered"), "{}", v.summary);
+}

@@ -12,6 +12,10 @@ pub struct ParseLogArgs {
     /// tqdm, verl, openrlhf, torchtitan, nanogpt, failures.
     #[arg(long, default_value = "auto")]
     pub format: Choice,
+    /// Say how line LINE_NO (1-based) was read: the wrappers taken off it, the message the
+    /// adapters saw, which adapter took it and its records, or why none did.
+    #[arg(long, value_name = "LINE_NO")]
+    pub explain: Option<u64>,
 }
 
 pub fn parse_log(args: ParseLogArgs) -> anyhow::Result<i32> {
@@ -28,6 +32,9 @@ pub fn parse_log(args: ParseLogArgs) -> anyhow::Result<i32> {
         serde_json::to_writer(&mut out, &crate::adapters::json::to_json(r))?;
         out.write_all(b"\n")
     };
+    if let Some(at) = args.explain {
+        return explain(file, &args.file, args.format, at);
+    }
     let mut reader = LogReader::new(args.format);
     let (mut records, mut written) = (0u64, Ok(()));
     let lines = read_lines(file, &args.file, |n, line| {
@@ -56,6 +63,89 @@ pub fn parse_log(args: ParseLogArgs) -> anyhow::Result<i32> {
         );
     }
     Ok(0)
+}
+
+/// `--explain LINE_NO`: every line before it read as usual (a block open at it stays open), then
+/// that line read with the reader saying how.
+fn explain(file: std::fs::File, path: &Path, format: Choice, at: u64) -> anyhow::Result<i32> {
+    let mut reader = LogReader::new(format);
+    let mut found = None;
+    let lines = read_lines(file, path, |n, line| {
+        if n < at {
+            reader.push(n, line);
+        } else if n == at {
+            found = Some((String::from_utf8_lossy(line).into_owned(), reader.explain(n, line)));
+        }
+    })?;
+    let Some((raw, explanation)) = found else {
+        eprintln!("flightdeck: parse-log: {} has {} lines; --explain takes 1 to {}", path.display(), lines.lines, lines.lines);
+        return Ok(super::EXIT_BAD_INPUT);
+    };
+    print!("{}", explanation_text(path, at, &raw, format, explanation.as_ref()));
+    Ok(0)
+}
+
+/// What `--explain` prints for one line.
+fn explanation_text(
+    path: &Path,
+    at: u64,
+    raw: &str,
+    format: Choice,
+    e: Option<&crate::adapters::Explanation>,
+) -> String {
+    use crate::adapters::Taker;
+    let mut out = format!("{} line {at}\n  as printed: {raw:?}\n", path.display());
+    let Some(e) = e else {
+        let why = if format == Choice::None { "--format none reads nothing" } else { "the line is blank once colours and redraws are off" };
+        out.push_str(&format!("  read by: nothing ({why})\n"));
+        return out;
+    };
+    if let Some(why) = e.skipped {
+        out.push_str(&format!("  skipped: the line is {why}\n"));
+        return out;
+    }
+    if !e.origin.taken.is_empty() {
+        let taken: Vec<&str> = e.origin.taken.iter().map(|w| w.name()).collect();
+        out.push_str(&format!("  taken off: {}\n", taken.join(", ")));
+    }
+    let named: Vec<String> = [("rank", e.origin.rank), ("local rank", e.origin.local_rank)]
+        .iter()
+        .filter_map(|(k, v)| v.map(|v| format!("{k} {v}")))
+        .chain(e.origin.host.iter().map(|h| format!("host {h}")))
+        .collect();
+    if !named.is_empty() {
+        out.push_str(&format!("  the wrappers name: {}\n", named.join(", ")));
+    }
+    out.push_str(&format!("  message: {:?}\n", e.without_host.as_deref().unwrap_or(&e.message)));
+    let taker = match e.taker {
+        None => None,
+        Some(Taker::Failures) => Some("the failure reader".to_string()),
+        Some(Taker::CommsTable) => Some("DeepSpeed's comms summary table".to_string()),
+        Some(Taker::Adapter(f)) => Some(format!("the {} adapter", f.name())),
+    };
+    match (taker, e.records.is_empty()) {
+        (Some(t), false) => {
+            out.push_str(&format!("  read by: {t}\n  records:\n"));
+            for r in &e.records {
+                out.push_str(&format!("    {}\n", crate::adapters::json::to_json(r)));
+            }
+        }
+        (Some(t), true) => out.push_str(&format!(
+            "  read by: {t}, as part of a block of several lines (its record comes with the block's last line)\n"
+        )),
+        (None, _) => {
+            out.push_str("  read by: nothing: no adapter knows this message's shape. Adapters read only the lines their framework's code prints (docs/adapters.md); a number in a sentence is never a metric.\n");
+            if format != Choice::Auto {
+                let mut auto = LogReader::new(Choice::Auto);
+                if let Some(a) = auto.explain(at, raw.as_bytes()).filter(|a| !a.records.is_empty()) {
+                    if let Some(Taker::Adapter(f)) = a.taker {
+                        out.push_str(&format!("  --format {} would read it (or --format auto)\n", f.name()));
+                    }
+                }
+            }
+        }
+    }
+    out
 }
 
 /// How many lines a file had, and how many were too long to hand over.

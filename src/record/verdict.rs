@@ -24,6 +24,9 @@ pub enum VerdictKind {
     /// Checkpoint saves keep failing (a full disk, a lost mount): training on would be
     /// unprotected, so the run is stopped while its last good checkpoint is recent.
     CheckpointFailing,
+    /// A rank's log reported a failure (a watchdog timeout, a NCCL transport error, a CUDA
+    /// error): the ranks whose logs did, the root cause first.
+    Failure,
 }
 
 impl VerdictKind {
@@ -36,6 +39,7 @@ impl VerdictKind {
             VerdictKind::Mismatch => "mismatch",
             VerdictKind::Straggler => "straggler",
             VerdictKind::CheckpointFailing => "checkpoint-failing",
+            VerdictKind::Failure => "failure",
         }
     }
 

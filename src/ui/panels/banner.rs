@@ -49,10 +49,12 @@ fn held_ms(m: &RunModel, v: &Verdict, live: bool, now_ms: u64) -> u64 {
 /// waiting ranks, then the collective, go first when narrow.
 pub fn banner_text(m: &RunModel, shown: Shown<'_>, now_ms: u64, width: usize) -> String {
     let v = shown.verdict;
-    let head = match (v.kind.is_hang(), shown.live) {
-        (true, true) => "HANG",
-        (true, false) => "LAST HANG",
-        (false, _) => "SLOW",
+    let head = match (v.kind, v.kind.is_hang(), shown.live) {
+        (VerdictKind::Failure, _, true) => "FAILURE",
+        (VerdictKind::Failure, _, false) => "LAST FAILURE",
+        (_, true, true) => "HANG",
+        (_, true, false) => "LAST HANG",
+        (_, false, _) => "SLOW",
     };
     let held = fmt::duration_ms(held_ms(m, v, shown.live, now_ms));
     let mut parts = vec![(format!("{head} {}", v.kind.name()), 0), (culprits_text(v, m.world()), 2)];
