@@ -24,6 +24,7 @@ use super::verl::py_dict;
 use super::{Label, Record, RecordKind};
 
 pub fn parse(line: u64, text: &str) -> Option<Record> {
+    let text = own_header(text);
     match text.as_bytes().first()? {
         b'E' => finishes(line, text),
         b'R' => rpc_dict(line, text),
@@ -78,15 +79,59 @@ fn rpc_dict(line: u64, text: &str) -> Option<Record> {
     (!r.metrics.is_empty()).then_some(r)
 }
 
+/// AReaL's logger header (`LOG_FORMAT = "%(asctime)s.%(msecs)03d %(name)s %(levelname)s:
+/// %(message)s"`, `DATE_FORMAT = "%Y%m%d-%H:%M:%S"`; from 1.0 `(AReaL) ` before it, and
+/// `merged.log`'s `[main]    ` before that): `20250301-12:00:01.123 master worker INFO: `. The
+/// logger's name may hold spaces. Taken off here, so a line reads the same whether or not the
+/// shared cleaner knows it.
+pub(super) fn own_header(text: &str) -> &str {
+    let mut t = text;
+    if t.starts_with('[') {
+        // merged.log's `"[main]".ljust(10)`
+        match t.find(']') {
+            Some(end) if end < 16 && t[1..end].bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') => {
+                t = t[end + 1..].trim_start();
+            }
+            _ => return text,
+        }
+    }
+    if let Some(rest) = t.strip_prefix("(AReaL) ") {
+        t = rest;
+    }
+    // `20250301-12:00:01.123 `
+    let b = t.as_bytes();
+    let stamp = b.len() > 22
+        && b[..21].iter().enumerate().all(|(i, c)| match i {
+            8 => *c == b'-',
+            11 | 14 => *c == b':',
+            17 => *c == b'.',
+            _ => c.is_ascii_digit(),
+        })
+        && b[21] == b' ';
+    if !stamp {
+        return text;
+    }
+    let rest = &t[22..];
+    for level in [" INFO:", " WARNING:", " DEBUG:", " ERROR:", " CRITICAL:"] {
+        if let Some(at) = rest.find(level) {
+            if at > 0 && at < 64 {
+                let message = &rest[at + level.len()..];
+                return message.strip_prefix(' ').unwrap_or(message);
+            }
+        }
+    }
+    text
+}
+
 /// The tables `tabulate_stats` prints under a header line, read into one record each.
 #[derive(Default)]
 pub struct Tables {
     /// The last `Train step G/M done.` (areal-lite): the step of the stats that follow.
     train_step: Option<u64>,
-    /// The record a header announced, waiting for its table's top rule, and how many more
-    /// lines it waits: the header's next line, or the one after it (the logger's own header
-    /// line of `logger.info("\n" + table)` when no cleaner took it).
-    pending: Option<(Record, u8)>,
+    /// The record a header announced (its `line` the header's), waiting for its table's top
+    /// rule on one of the next two lines. Changed only by lines it takes, so a line read twice
+    /// (whole, then without a pdsh host) reads the same.
+    pending: Option<Record>,
     /// The table being read.
     open: Option<Record>,
 }
@@ -95,7 +140,7 @@ impl Tables {
     /// Reads one line; `None` when it is neither a header nor a table's (an open table is
     /// dropped there, unfinished).
     pub fn push(&mut self, line: u64, text: &str) -> Option<Vec<Record>> {
-        let t = text.trim();
+        let t = own_header(text).trim();
         if let Some(mut r) = self.open.take() {
             if let Some(row) = t.strip_prefix('│') {
                 cells(row, &mut r.metrics)?;
@@ -112,23 +157,19 @@ impl Tables {
             }
             return None;
         }
-        if let Some((mut r, wait)) = self.pending.take() {
-            if t.starts_with('╒') && t.ends_with('╕') {
-                r.line = line;
-                self.open = Some(r);
-                return Some(Vec::new());
-            }
-            if wait > 1 && !t.starts_with('╒') {
-                if let Some(header) = self.header(line, t) {
-                    self.pending = header.map(|h| (h, 2));
-                    return Some(Vec::new());
-                }
-                self.pending = Some((r, wait - 1));
-                return None;
-            }
+        if t.starts_with('╒') && t.ends_with('╕') {
+            // The top rule right under its header (the logger's own header line of
+            // `logger.info("\n" + table)` may come between).
+            let mut r = self.pending.take().filter(|r| line <= r.line + 2)?;
+            r.line = line;
+            self.open = Some(r);
+            return Some(Vec::new());
+        }
+        if t.is_empty() && self.pending.as_ref().is_some_and(|r| line <= r.line + 1) {
+            return Some(Vec::new());
         }
         let header = self.header(line, t)?;
-        self.pending = header.map(|h| (h, 2));
+        self.pending = header;
         Some(Vec::new())
     }
 
@@ -186,7 +227,7 @@ impl Tables {
 fn cells(row: &str, out: &mut Vec<(String, f64)>) -> Option<()> {
     let row = row.trim_end().strip_suffix('│')?;
     let cells: Vec<&str> = row.split('│').map(str::trim).collect();
-    if cells.len() % 2 != 0 {
+    if !cells.len().is_multiple_of(2) {
         return None;
     }
     for pair in cells.chunks(2) {
@@ -221,6 +262,14 @@ mod tests {
             ]
         );
         assert!(parse(1, "Epoch 1/10 step 3/100 (global step 3) finishes. Something else happened.").is_none());
+    }
+
+    #[test]
+    fn its_logger_headers_are_taken_off() {
+        assert_eq!(own_header("20250301-12:00:01.123 master worker INFO: RPC name a returns"), "RPC name a returns");
+        assert_eq!(own_header("(AReaL) 20251230-10:00:00.125 StatsLogger INFO:"), "");
+        assert_eq!(own_header("[main]    (AReaL) 20251230-10:00:01.000 RLTrainer INFO: x"), "x");
+        assert_eq!(own_header("20250301 nothing"), "20250301 nothing");
     }
 
     #[test]

@@ -18,6 +18,7 @@ use super::verl::py_dict;
 use super::{tqdm, Record, RecordKind};
 
 pub fn parse(line: u64, text: &str) -> Option<Record> {
+    let text = own_header(text);
     let t = text.trim_start_matches(['✨', ' ']);
     if let Some(rest) = t.strip_prefix("Global step ") {
         let (n, dict) = rest.split_once(": ")?;
@@ -38,8 +39,44 @@ pub fn parse(line: u64, text: &str) -> Option<Record> {
     bar(line, text)
 }
 
+/// OpenRLHF's logger header (`openrlhf/utils/logging_utils.py`, vLLM's format:
+/// `"%(levelname)s %(asctime)s %(filename)s:%(lineno)d] %(message)s"`, `%m-%d %H:%M:%S`):
+/// `INFO 05-20 10:10:03 ppo_trainer.py:532] `, taken off here too, so a line reads the same
+/// whether or not the shared cleaner knows it.
+pub(super) fn own_header(text: &str) -> &str {
+    let Some(level_end) = text.bytes().take(9).position(|b| b == b' ') else { return text };
+    if !matches!(&text[..level_end], "INFO" | "WARNING" | "DEBUG" | "ERROR" | "CRITICAL") {
+        return text;
+    }
+    let rest = &text[level_end + 1..];
+    // `05-20 10:10:03 `
+    let b = rest.as_bytes();
+    let stamp = b.len() > 15
+        && b[..14].iter().enumerate().all(|(i, c)| match i {
+            2 => *c == b'-',
+            5 => *c == b' ',
+            8 | 11 => *c == b':',
+            _ => c.is_ascii_digit(),
+        })
+        && b[14] == b' ';
+    if !stamp {
+        return text;
+    }
+    let place = &rest[15..];
+    match place.find("] ") {
+        // `ppo_trainer.py:532`
+        Some(end) if place[..end].rsplit_once(':').is_some_and(|(f, l)| !f.contains(' ') && count(l).is_some()) => {
+            &place[end + 2..]
+        }
+        _ => text,
+    }
+}
+
 fn bar(line: u64, text: &str) -> Option<Record> {
-    if !(text.starts_with("Train step of epoch ") || text.starts_with("Episode [") || text.starts_with("Eval stage of ")) {
+    if !(text.starts_with("Train step of epoch ")
+        || text.starts_with("Episode [")
+        || text.starts_with("Eval stage of "))
+    {
         return None;
     }
     let b = tqdm::bar(text)?;
@@ -77,6 +114,14 @@ mod tests {
         assert_eq!((r.kind, r.step), (RecordKind::Eval, Some(10)));
         assert!(parse(1, "✨ Evaluation start time: 2025-05-20 10:11:12").is_none());
         assert!(parse(1, "Global step 3 is done").is_none());
+    }
+
+    #[test]
+    fn its_logger_header_is_taken_off() {
+        let r = parse(1, "INFO 05-20 10:10:03 ppo_trainer.py:532] ✨ Global step 1: {'policy_loss': 0.5}").unwrap();
+        assert_eq!(r.step, Some(1));
+        assert_eq!(own_header("INFO 05-20 10:10:03 nothing here"), "INFO 05-20 10:10:03 nothing here");
+        assert_eq!(own_header("INFO: fine"), "INFO: fine");
     }
 
     #[test]

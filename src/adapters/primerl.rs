@@ -31,6 +31,7 @@ use super::value::{count, leading_number, name, number};
 use super::{Label, Record, RecordKind};
 
 pub fn parse(line: u64, text: &str) -> Option<Record> {
+    let text = own_header(text);
     let first = *text.as_bytes().first()?;
     if !matches!(first, b'S' | b's' | b'V' | b'T' | b'O' | b'F' | b'E') {
         return None;
@@ -55,6 +56,59 @@ pub fn parse(line: u64, text: &str) -> Option<Record> {
         b'E' => evaluated(line, text),
         _ => None,
     }
+}
+
+/// PRIME-RL's logger headers, taken off here so a line reads the same whether or not the shared
+/// cleaner knows them: loguru's `{time:HH:mm:ss}` (or `UTC HH:mm:ss`), 2025-07's `[ Rank 1 ]`
+/// glued after it, 2025-06's ` [PID=.. | file::line | Rank 0]`, then ` {level: >7} `
+/// (`02:40:52 SUCCESS `, `02:40:54    INFO `); zeroband's `logging.Formatter` forms
+/// `03:22:14 [INFO] [TRAIN] [Rank 0] `, `12:00:00 [INFO] [Rank 0] ` and
+/// `05-20 12:00:00 [TRAIN] [INFO] `.
+pub(super) fn own_header(text: &str) -> &str {
+    let mut t = text.strip_prefix("UTC ").unwrap_or(text);
+    // `05-20 ` (zeroband's 2025-05 datefmt `%m-%d %H:%M:%S`)
+    let b = t.as_bytes();
+    if b.len() > 6
+        && b[2] == b'-'
+        && b[5] == b' '
+        && b[..5].iter().enumerate().all(|(i, c)| i == 2 || c.is_ascii_digit())
+    {
+        t = &t[6..];
+    }
+    let b = t.as_bytes();
+    let clock = b.len() > 9
+        && b[..8].iter().enumerate().all(|(i, c)| if i == 2 || i == 5 { *c == b':' } else { c.is_ascii_digit() });
+    if !clock {
+        return text;
+    }
+    let mut rest = &t[8..];
+    if let Some(r) = rest.strip_prefix("[ Rank ") {
+        let Some(end) = r.find(" ]") else { return text };
+        rest = &r[end + 2..];
+    }
+    // Bracketed fields (`[INFO]`, `[TRAIN]`, `[Rank 0]`, `[PID=1 | f.py::3 | Rank 0]`, `[f.py:3]`).
+    let mut level = false;
+    loop {
+        let r = rest.trim_start_matches(' ');
+        let Some(inner) = r.strip_prefix('[') else { break };
+        let Some(end) = inner.find(']') else { return text };
+        level |= is_level(&inner[..end]);
+        rest = &inner[end + 1..];
+    }
+    if level {
+        return rest.strip_prefix(' ').unwrap_or(rest);
+    }
+    // loguru's right-aligned level.
+    let r = rest.trim_start_matches(' ');
+    match r.split_once(' ') {
+        Some((lvl, message)) if is_level(lvl) && rest.len() - r.len() >= 1 => message,
+        None if is_level(r) => "",
+        _ => text,
+    }
+}
+
+fn is_level(s: &str) -> bool {
+    matches!(s, "TRACE" | "DEBUG" | "INFO" | "SUCCESS" | "WARNING" | "ERROR" | "CRITICAL")
 }
 
 /// loguru's ` [train.py::648]` after the message in debug mode.
@@ -200,7 +254,8 @@ fn zeroband(line: u64, text: &str) -> Option<Record> {
 
 /// `Finished training step 5 in 12.34s (Loss: 0.12, ..., MFU: 1.23%)` (2025-07-01 to 07-04).
 fn finished(line: u64, text: &str) -> Option<Record> {
-    let rest = text.strip_prefix("Finished training step ").or_else(|| text.strip_prefix("Finished orchestrator step "))?;
+    let rest =
+        text.strip_prefix("Finished training step ").or_else(|| text.strip_prefix("Finished orchestrator step "))?;
     let (n, rest) = rest.split_once(" in ")?;
     let (time, rest) = rest.split_once(" (")?;
     let mut r = Record::at(line, RecordKind::Step);
@@ -273,10 +328,18 @@ mod tests {
                 ("peak_mem_pct", 57.0)
             ]
         );
-        let r = parse(1, "Step 7 |  1m 2s | Reward 0.5000 | Trainable 120/128 (93.8%) | Max Off-Policy 1 | Error 0.0%").unwrap();
+        let r = parse(1, "Step 7 |  1m 2s | Reward 0.5000 | Trainable 120/128 (93.8%) | Max Off-Policy 1 | Error 0.0%")
+            .unwrap();
         assert_eq!(
             metrics(&r),
-            vec![("time_s", 62.0), ("Reward", 0.5), ("Trainable", 120.0), ("Trainable_pct", 93.8), ("max_off_policy", 1.0), ("error_pct", 0.0)]
+            vec![
+                ("time_s", 62.0),
+                ("Reward", 0.5),
+                ("Trainable", 120.0),
+                ("Trainable_pct", 93.8),
+                ("max_off_policy", 1.0),
+                ("error_pct", 0.0)
+            ]
         );
         let r = parse(1, "Step 8 |   950ms | Loss 0.1000 [train.py::648]").unwrap();
         assert_eq!(metrics(&r), vec![("time_s", 0.95), ("Loss", 0.1)]);
@@ -296,19 +359,49 @@ mod tests {
     }
 
     #[test]
+    fn its_logger_headers_are_taken_off() {
+        for (t, m) in [
+            ("02:40:52 SUCCESS Step 0 | Time: 5.13s", "Step 0 | Time: 5.13s"),
+            ("02:40:54    INFO Peak memory: 5.2 GiB", "Peak memory: 5.2 GiB"),
+            ("UTC 12:00:02 SUCCESS x", "x"),
+            ("12:00:01[ Rank 1 ] SUCCESS x", "x"),
+            ("12:00:01 [PID=12 | train.py::3 | Rank 0]    INFO x", "x"),
+            ("03:22:14 [INFO] [TRAIN] [Rank 0] step: 289", "step: 289"),
+            ("05-20 12:00:00 [TRAIN] [INFO] step: 1", "step: 1"),
+            ("12:00:00 nothing", "12:00:00 nothing"),
+            ("Step 1 | Time: 1s", "Step 1 | Time: 1s"),
+        ] {
+            assert_eq!(own_header(t), m, "{t}");
+        }
+    }
+
+    #[test]
     fn older_forms() {
-        let r = parse(1, "step: 5, rollout_step: 5, loss: 0.1234, sample_reward: 0.5000, , tokens_per_second: 1234.56, mfu: 12.34").unwrap();
+        let r = parse(
+            1,
+            "step: 5, rollout_step: 5, loss: 0.1234, sample_reward: 0.5000, , tokens_per_second: 1234.56, mfu: 12.34",
+        )
+        .unwrap();
         assert_eq!(r.step, Some(5));
         assert_eq!(r.metrics.len(), 5);
         let r = parse(1, "Training     | step 3 | Time:12.34s | Loss: 0.12 | 1234 tokens/s | MFU: 1.2%").unwrap();
-        assert_eq!(metrics(&r), vec![("time_s", 12.34), ("Loss", 0.12), ("throughput_tokens_s", 1234.0), ("mfu_pct", 1.2)]);
+        assert_eq!(
+            metrics(&r),
+            vec![("time_s", 12.34), ("Loss", 0.12), ("throughput_tokens_s", 1234.0), ("mfu_pct", 1.2)]
+        );
         let r = parse(1, "Finished training step 2 in 12.34s (Loss: 0.12, Clip Ratio: 0.01, Throughput: 1234.56 tokens/s, MFU: 1.23%)").unwrap();
         assert_eq!(r.metrics[2], ("clip_ratio".to_string(), 0.01));
         assert_eq!(r.metrics[1], ("Loss".to_string(), 0.12));
         let r = parse(1, "Evaluated gsm8k in 12.34s (Avg@4=0.5000, Pass@1: 0.5000, Completion Length: 123.45 (±12.30, ∈[1.00, 512.00]), Truncated: 1.2%)").unwrap();
         assert_eq!(
             metrics(&r),
-            vec![("time_s", 12.34), ("avg_4", 0.5), ("pass_1", 0.5), ("completion_length", 123.45), ("truncated_pct", 1.2)]
+            vec![
+                ("time_s", 12.34),
+                ("avg_4", 0.5),
+                ("pass_1", 0.5),
+                ("completion_length", 123.45),
+                ("truncated_pct", 1.2)
+            ]
         );
     }
 }

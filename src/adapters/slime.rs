@@ -20,6 +20,7 @@ use super::verl::py_dict;
 use super::{Label, Record, RecordKind};
 
 pub fn parse(line: u64, text: &str) -> Option<Record> {
+    let text = own_header(text);
     // `NAME N: {`: the name, a space, digits, then `: {`, checked before anything is searched.
     let space = text.bytes().take(24).position(|b| b == b' ')?;
     let (what, rest) = (&text[..space], &text[space + 1..]);
@@ -31,7 +32,10 @@ pub fn parse(line: u64, text: &str) -> Option<Record> {
     let kind = match what {
         "eval" => RecordKind::Eval,
         "step" | "rollout" | "perf" | "passrate" | "multi_turn" => RecordKind::Step,
-        w if w.ends_with("-step") && w.len() > 5 && w.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') => {
+        w if w.ends_with("-step")
+            && w.len() > 5
+            && w.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') =>
+        {
             RecordKind::Step
         }
         _ => return None,
@@ -49,6 +53,28 @@ pub fn parse(line: u64, text: &str) -> Option<Record> {
     }
     r.labels.push(("log".into(), Label::Text(what.to_string())));
     Some(r)
+}
+
+/// slime's logger header (`configure_logger`: `[%(asctime)s{prefix}] %(filename)s:%(lineno)d - `):
+/// `[2025-12-02 09:15:07] model.py:654 - `, or its `model.py:654 - ` when the shared cleaner
+/// took the bracketed time; taken off here, so a line reads the same either way.
+pub(super) fn own_header(text: &str) -> &str {
+    let mut t = text;
+    if t.starts_with("[20") {
+        match t.find("] ") {
+            Some(end) if end < 64 => t = &t[end + 2..],
+            _ => return text,
+        }
+    }
+    // `model.py:654 - `
+    let Some(dot) = t.bytes().take(64).position(|b| b == b'.') else { return text };
+    let Some(rest) = t[dot..].strip_prefix(".py:") else { return text };
+    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+    let file_ok = t[..dot].bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    match rest[digits..].strip_prefix(" - ") {
+        Some(message) if digits > 0 && file_ok && dot > 0 => message,
+        _ => text,
+    }
 }
 
 /// Every key of the printed dict has a `/`: `{'train/loss': ...`. A cheap look at the keys'
@@ -79,14 +105,28 @@ mod tests {
 
     #[test]
     fn each_kind_of_dict() {
-        let r = parse(1, "step 3: {'train/loss': 0.5, 'train/grad_norm': 1.25, 'train/lr-pg_0': 1e-06, 'train/step': 3}").unwrap();
+        let r =
+            parse(1, "step 3: {'train/loss': 0.5, 'train/grad_norm': 1.25, 'train/lr-pg_0': 1e-06, 'train/step': 3}")
+                .unwrap();
         assert_eq!((r.kind, r.step, r.metrics.len()), (RecordKind::Step, Some(3), 4));
         let r = parse(1, "critic-step 3: {'train/critic-value_loss': 0.5}").unwrap();
         assert_eq!(r.kind, RecordKind::Step);
         let r = parse(1, "eval 10: {'eval/aime': 0.25, 'eval/aime-truncated_ratio': 0.0}").unwrap();
         assert_eq!((r.kind, r.step), (RecordKind::Eval, Some(10)));
-        let r = parse(1, "perf 2: {'perf/rollout_time': np.float64(61.5), 'rollout/response_len/mean': 512.0}").unwrap();
+        let r =
+            parse(1, "perf 2: {'perf/rollout_time': np.float64(61.5), 'rollout/response_len/mean': 512.0}").unwrap();
         assert_eq!(r.metrics[0], ("perf/rollout_time".to_string(), 61.5));
+    }
+
+    #[test]
+    fn its_logger_header_is_taken_off() {
+        for t in [
+            "[2025-12-02 09:15:07] model.py:654 - step 3: {'train/loss': 0.5}",
+            "model.py:654 - step 3: {'train/loss': 0.5}",
+        ] {
+            assert_eq!(parse(1, t).unwrap().step, Some(3), "{t}");
+        }
+        assert_eq!(own_header("a.py:3 -x"), "a.py:3 -x");
     }
 
     #[test]

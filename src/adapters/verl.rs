@@ -353,7 +353,10 @@ mod tests {
     #[test]
     fn memory_lines() {
         let r = parse(1, "After init model, memory allocated (GB): 12.5, memory reserved (GB): 13.25").unwrap();
-        assert_eq!((r.kind, metrics(&r)), (RecordKind::Memory, vec![("memory_allocated_gb", 12.5), ("memory_reserved_gb", 13.25)]));
+        assert_eq!(
+            (r.kind, metrics(&r)),
+            (RecordKind::Memory, vec![("memory_allocated_gb", 12.5), ("memory_reserved_gb", 13.25)])
+        );
         let r = parse(1, "actor After update_policy, memory allocated (GB): 20.11, memory reserved (GB): 31.02, device memory used/total (GB): 40.50/79.11").unwrap();
         assert_eq!(r.metrics[2], ("device_memory_used_total_gb".to_string(), 40.5));
         assert!(parse(1, "Oops, memory allocated (GB): unknown").is_none());
@@ -361,7 +364,8 @@ mod tests {
 
     #[test]
     fn python_dicts() {
-        let d = py_dict("{'a': 1, 'b c': [0.5, 2], 'd': 'x, y', 'e': None, 'f': {'g': 1}, 'h': np.float32(2.5)}").unwrap();
+        let d =
+            py_dict("{'a': 1, 'b c': [0.5, 2], 'd': 'x, y', 'e': None, 'f': {'g': 1}, 'h': np.float32(2.5)}").unwrap();
         assert_eq!(d, vec![("a".to_string(), 1.0), ("b_c".to_string(), 0.5), ("h".to_string(), 2.5)]);
         assert_eq!(py_dict("{}"), Some(vec![]));
         for bad in ["{a: 1}", "{'a': 1", "{'a': (1, 2}", "not a dict"] {
