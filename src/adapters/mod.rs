@@ -553,9 +553,10 @@ const STANDARD: [(&str, &[(&str, f64)]); 5] = [
             ("timing_s/step", 1000.0),
             ("perf/time_per_step", 1000.0),
             ("step_avg_ms", 1.0),
-            // verl's SFT `train/time(s)`, slime's `perf/step_time` (older: train wait + train),
-            // PRIME-RL's `Time`, AReaL realhf's end-to-end time, OpenRLHF's `timing/step_total`.
-            ("train_time_s", 1000.0),
+            // slime's `perf/step_time` (older: train wait + train), PRIME-RL's `Time`, AReaL
+            // realhf's end-to-end time, OpenRLHF's `timing/step_total`. (verl SFT's
+            // `train/time(s)` reads `train_time_s`, which modded-nanogpt's cumulative
+            // `train_time:45.1s` also gives: not a step time, so not here.)
             ("perf/step_time", 1000.0),
             ("perf/total_train_time", 1000.0),
             ("time_s", 1000.0),
