@@ -260,16 +260,8 @@ fn failed_run(db: &Db, python: &std::path::Path, fault: &str, rank: u32) -> (Val
     let recipe = db.path().join("ddp.toml");
     let script = script();
     let rank = rank.to_string();
-    let argv = [
-        python.to_str().unwrap(),
-        script.to_str().unwrap(),
-        "--steps",
-        "50",
-        "--fault",
-        fault,
-        "--fault-rank",
-        &rank,
-    ];
+    let argv =
+        [python.to_str().unwrap(), script.to_str().unwrap(), "--steps", "50", "--fault", fault, "--fault-rank", &rank];
     command_recipe_with(&recipe, &format!("ddp-{fault}"), &argv, 2, "");
     let out = db.run(&["run", recipe.to_str().unwrap(), "--headless"]);
     assert!(!out.status.success(), "a failed run exits non-zero");

@@ -75,6 +75,15 @@ pub struct Cleaned<'a> {
 const MAX_WRAPPERS: usize = 12;
 
 pub fn line(text: &str) -> Cleaned<'_> {
+    // rsyslog writes control characters as `#NNN` octal: `#015` a `\r`, `#033` an escape.
+    if let Some(plain) = if text.contains("#0") { syslog_controls(text) } else { None } {
+        let c = plain_line(&plain);
+        return Cleaned { text: Cow::Owned(c.text.into_owned()), origin: c.origin, host_cut: c.host_cut };
+    }
+    plain_line(text)
+}
+
+fn plain_line(text: &str) -> Cleaned<'_> {
     let mut origin = Origin::default();
     let text: Cow<'_, str> = if has_escape(text) {
         origin.taken.push(Wrapper::Colours);
@@ -100,6 +109,14 @@ pub fn line(text: &str) -> Cleaned<'_> {
     Cleaned { text, origin, host_cut }
 }
 
+/// `#015` and `#033` (rsyslog's escapes of `\r` and ESC) as the characters; `None` if none.
+fn syslog_controls(text: &str) -> Option<String> {
+    if !text.contains("#015") && !text.contains("#033[") {
+        return None;
+    }
+    Some(text.replace("#015", "\r").replace("#033[", "\x1b["))
+}
+
 /// Ray's log deduplication ends a line with ` [repeated 7x across cluster]`.
 fn ray_repeats(text: &str) -> &str {
     match text.strip_suffix(" across cluster]").and_then(|t| t.rfind(" [repeated ").map(|at| (t, at))) {
@@ -119,6 +136,14 @@ pub fn pdsh_host(text: &str) -> Option<(usize, &str)> {
         && !host.bytes().all(|b| b.is_ascii_digit())
         && !matches!(host, "stdout" | "stderr");
     plausible.then_some((colon + 2, host))
+}
+
+/// A tqdm bar after the `word: ` (`Iteration:  50%|`): the word is as likely the bar's desc as a
+/// pdsh host, so it is a host only once the stream knows it as one.
+pub fn bar_start(rest: &str) -> bool {
+    let t = rest.trim_start();
+    let digits = t.bytes().take_while(u8::is_ascii_digit).count();
+    digits > 0 && digits <= 3 && t[digits..].starts_with("%|")
 }
 
 /// The `[from, to)` of the last redraw at or after `start`: a bar redrawn in place shows its
@@ -171,9 +196,7 @@ fn wrapper(s: &str, origin: &mut Origin) -> Option<(usize, Wrapper)> {
             .or_else(|| logger_bracketed(t))
             .or_else(|| dmesg(t)),
         b'(' => ray(t, origin),
-        b'0'..=b'9' => {
-            timestamp_led(t, origin).or_else(|| srun(t, origin)).or_else(|| glog(t))
-        }
+        b'0'..=b'9' => timestamp_led(t, origin).or_else(|| srun(t, origin)).or_else(|| glog(t)),
         b'A'..=b'Z' => level_colon(t).or_else(|| glog(t)).or_else(|| syslog(t, origin)).or_else(|| srun_het(t, origin)),
         // A pipe's name before its lines (`stdout: `, as some schedulers and notebooks print).
         b's' => ["stdout:", "stderr:"].iter().find(|p| t.starts_with(**p)).map(|p| (p.len(), Wrapper::Stream)),
@@ -219,6 +242,17 @@ fn monarch(t: &str) -> Option<(usize, Wrapper)> {
 fn mpirun(t: &str, origin: &mut Origin) -> Option<(usize, Wrapper)> {
     let end = t.find(']')?;
     let inner = &t[1..end];
+    // SageMaker's `[1,mpirank:0,algo-1]<stdout>:`: the rank and the host it names.
+    if let Some(r) = inner.strip_prefix("1,mpirank:").or_else(|| inner.split_once(",mpirank:").map(|(_, r)| r)) {
+        let (rank, host) = r.split_once(',').unwrap_or((r, ""));
+        let rank: u32 = rank.parse().ok()?;
+        let tag = ["<stdout>:", "<stderr>:"].iter().find(|tag| t[end + 1..].starts_with(**tag))?;
+        origin.rank.get_or_insert(rank);
+        if !host.is_empty() {
+            origin.host.get_or_insert_with(|| host.to_string());
+        }
+        return Some((end + 1 + tag.len(), Wrapper::Mpirun));
+    }
     let rank = match inner.split_once(',') {
         Some((job, rank)) if all_digits(job) && all_digits(rank) => rank,
         None if all_digits(inner) && t[end + 1..].starts_with(' ') => inner,
@@ -431,7 +465,8 @@ fn logger_bracketed(t: &str) -> Option<(usize, Wrapper)> {
     if inner.bytes().next().is_some_and(|b| matches!(b, b'I' | b'W' | b'E' | b'F')) {
         let body = &inner[1..];
         let place = body.rsplit(' ').next().unwrap_or("");
-        let code_place = place.contains(':') && (place.contains(".cpp") || place.contains(".cc") || place.contains(".h"));
+        let code_place =
+            place.contains(':') && (place.contains(".cpp") || place.contains(".cc") || place.contains(".h"));
         if code_place && (body.starts_with(' ') || body.bytes().next().is_some_and(|b| b.is_ascii_digit())) {
             return Some((end + 1, Wrapper::Logger));
         }
@@ -496,7 +531,9 @@ fn syslog_tail(rest: &str, origin: &mut Origin) -> Option<usize> {
         None => (proc == "kernel").then_some(proc),
     };
     let plausible = is_logger_name(host)
-        && ident.is_some_and(|n| !n.is_empty() && n.len() <= 64 && n.bytes().next().is_some_and(|b| b.is_ascii_alphabetic()));
+        && ident.is_some_and(|n| {
+            !n.is_empty() && n.len() <= 64 && n.bytes().next().is_some_and(|b| b.is_ascii_alphabetic())
+        });
     if !plausible {
         return None;
     }
@@ -604,7 +641,9 @@ fn strip_ansi(text: &str) -> String {
     while i < b.len() {
         let skip = match b[i] {
             0x1b => match b.get(i + 1) {
-                Some(b'[') => 2 + b[i + 2..].iter().position(|c| (0x40..=0x7e).contains(c)).map_or(b.len() - i - 2, |p| p + 1),
+                Some(b'[') => {
+                    2 + b[i + 2..].iter().position(|c| (0x40..=0x7e).contains(c)).map_or(b.len() - i - 2, |p| p + 1)
+                }
                 Some(b']') => {
                     let body = &b[i + 2..];
                     match body.iter().position(|c| *c == 0x07 || *c == 0x1b) {
@@ -652,6 +691,7 @@ mod tests {
         assert_eq!(msg("\x1b]0;title\x07step: 1"), "step: 1");
         assert_eq!(msg(" 10%|#  | 1/10\r 50%|#####  | 5/10"), " 50%|#####  | 5/10");
         assert_eq!(msg("last\r"), "last");
+        assert_eq!(msg(" 10%|#  | 1/10#015 50%|#####  | 5/10"), " 50%|#####  | 5/10", "rsyslog's escapes");
         assert_eq!(msg("[1, 2, 3]"), "[1, 2, 3]");
     }
 
@@ -667,13 +707,21 @@ mod tests {
         assert_eq!((c.text.as_ref(), c.origin.rank), ("x", Some(12)));
         let c = line("[1,5]<stdout>:step: 1 loss: 2");
         assert_eq!((c.text.as_ref(), c.origin.rank), ("step: 1 loss: 2", Some(5)));
+        let c = line("[1,mpirank:3,algo-2]<stdout>:step: 1 loss: 2");
+        assert_eq!(
+            (c.text.as_ref(), c.origin.rank, c.origin.host.as_deref()),
+            ("step: 1 loss: 2", Some(3), Some("algo-2"))
+        );
         let c = line("[7] step: 1 loss: 2");
         assert_eq!((c.text.as_ref(), c.origin.rank), ("step: 1 loss: 2", Some(7)));
         let c = line("\x1b[36m(WorkerDict pid=9, ip=10.0.0.1)\x1b[0m [rank1]: x");
         assert_eq!((c.text.as_ref(), c.origin.rank, c.origin.host.as_deref()), ("x", Some(1), Some("10.0.0.1")));
         assert_eq!(msg("(TaskRunner pid=4242) step:3 - a:1"), "step:3 - a:1");
         assert_eq!(msg("(not ray) x"), "(not ray) x");
-        assert_eq!(msg("[actor=<root>.<Trainer trainer{'gpus': 0/2}>] Train | Step: 3  loss: 1.0"), "Train | Step: 3  loss: 1.0");
+        assert_eq!(
+            msg("[actor=<root>.<Trainer trainer{'gpus': 0/2}>] Train | Step: 3  loss: 1.0"),
+            "Train | Step: 3  loss: 1.0"
+        );
         assert_eq!(msg("(pid=9) {'loss': 1.0} [repeated 3x across cluster]"), "{'loss': 1.0}");
     }
 
@@ -684,7 +732,10 @@ mod tests {
         assert_eq!(msg("2025-01-01 12:00:00,123 - root - INFO - step: 1"), "step: 1");
         assert_eq!(msg("2025-01-01 12:00:00,123 - INFO - step: 1"), "step: 1");
         assert_eq!(msg("05/01/2024 12:00:00 - INFO - __main__ - epoch 0: {'f1': 0.5}"), "epoch 0: {'f1': 0.5}");
-        assert_eq!(msg("2024-05-01 12:00:00.123 | INFO     | slime.train:step:12 - Step 3 | Loss: 1"), "Step 3 | Loss: 1");
+        assert_eq!(
+            msg("2024-05-01 12:00:00.123 | INFO     | slime.train:step:12 - Step 3 | Loss: 1"),
+            "Step 3 | Loss: 1"
+        );
         assert_eq!(msg("INFO:root:step 1"), "step 1");
         let c = line("stdout: [2022-12-20 08:26:26,101] [INFO] [timer.py:197:stop] 0/17, SamplesPerSec=1.5");
         assert_eq!((c.text.as_ref(), c.origin.host), ("0/17, SamplesPerSec=1.5", None));
@@ -694,8 +745,14 @@ mod tests {
         );
         assert_eq!(msg(" [2024-05-01 12:00:00] iteration  10/ 100 |"), "iteration  10/ 100 |");
         assert_eq!(msg("[NeMo I 2024-05-01 12:00:00 nemo_logging:349] Training epoch 0"), "Training epoch 0");
-        assert_eq!(msg("[INFO|trainer.py:2000] 2024-05-01 12:00:00,000 >> ***** Running training *****"), "***** Running training *****");
-        assert_eq!(msg("[E1204 02:46:27.862779498 ProcessGroupNCCL.cpp:1250] [PG ID 0 PG GUID 0(default_pg) Rank 1] x"), "[PG ID 0 PG GUID 0(default_pg) Rank 1] x");
+        assert_eq!(
+            msg("[INFO|trainer.py:2000] 2024-05-01 12:00:00,000 >> ***** Running training *****"),
+            "***** Running training *****"
+        );
+        assert_eq!(
+            msg("[E1204 02:46:27.862779498 ProcessGroupNCCL.cpp:1250] [PG ID 0 PG GUID 0(default_pg) Rank 1] x"),
+            "[PG ID 0 PG GUID 0(default_pg) Rank 1] x"
+        );
         assert_eq!(msg("[W socket.cpp:663] [c10d] x"), "[c10d] x");
         assert_eq!(msg("I0501 12:00:00.123456  1234 train.cc:12] hello"), "hello");
         let c = line("May  1 12:00:00 node7 kernel: [ 1234.567890] NVRM: Xid (PCI:0000:3b:00): 79");
@@ -709,6 +766,7 @@ mod tests {
         assert_eq!(c.host_cut.map(|at| &c.text[at..]), Some("{'loss': 2.0}"));
         assert_eq!(line("step:  4  loss: 2").host_cut, Some(6), "a candidate only: tried when nothing reads the whole");
         assert_eq!(line("1234: x").host_cut, None, "digits are srun's, not a host");
+        assert!(bar_start(" 50%|#####     | 5/10"), "`Iteration:  50%|` may be a bar's desc");
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod failures;
 pub mod fatal;
 mod hf;
 pub mod json;
+mod lightning;
 mod llmc;
 mod megatron;
 mod nanogpt;
@@ -123,12 +124,13 @@ pub enum Format {
     Areal,
     /// PRIME-RL's trainer and orchestrator step lines, zeroband to today.
     Primerl,
+    Lightning,
     /// torchrun's ChildFailedError, NCCL watchdog timeouts, CUDA OOM: any framework's failures.
     Failures,
 }
 
 impl Format {
-    pub const ALL: [Format; 14] = [
+    pub const ALL: [Format; 15] = [
         Format::Megatron,
         Format::Nemo,
         Format::Deepspeed,
@@ -142,6 +144,7 @@ impl Format {
         Format::Slime,
         Format::Areal,
         Format::Primerl,
+        Format::Lightning,
         Format::Failures,
     ];
 
@@ -160,6 +163,7 @@ impl Format {
             Format::Slime => "slime",
             Format::Areal => "areal",
             Format::Primerl => "primerl",
+            Format::Lightning => "lightning",
             Format::Failures => "failures",
         }
     }
@@ -250,8 +254,8 @@ pub struct LogReader {
     /// Hosts whose pdsh `host: ` a line was read through: their lines are read without it first,
     /// so a multi-line table behind pdsh is not closed by its own prefixed lines.
     pdsh_hosts: Vec<String>,
-    /// The previous line's candidate pdsh host.
-    last_host: Option<String>,
+    /// The previous line's candidate pdsh host, and whether a bar followed it.
+    last_host: Option<(String, bool)>,
     pub skipped: Skipped,
 }
 
@@ -262,7 +266,7 @@ const MAX_PDSH_HOSTS: usize = 256;
 const MAX_STREAM_RANKS: usize = 4096;
 
 /// The metric adapters `auto` asks, most specific first (each checks a cheap prefix first).
-const AUTO: [Format; 13] = [
+const AUTO: [Format; 14] = [
     Format::Megatron,
     Format::Nemo,
     Format::Deepspeed,
@@ -276,6 +280,7 @@ const AUTO: [Format; 13] = [
     Format::Nanogpt,
     Format::Hf,
     Format::Openrlhf,
+    Format::Lightning,
     Format::Tqdm,
 ];
 
@@ -360,9 +365,16 @@ impl LogReader {
         let host = cleaned.host_cut.zip(clean::pdsh_host(&cleaned.text));
         // The same `host: ` on consecutive lines is pdsh's (a framework's own `key: ` lines
         // learned this way cost a second reading, never a wrong one: the whole line is read after).
+        // `Iteration:  50%|` on two lines is a bar's desc as likely as a host: a host is learned
+        // from two lines one of which is not a bar.
         match host {
-            Some((_, (_, h))) if self.last_host.as_deref() == Some(h) => self.remember_pdsh(h),
-            Some((_, (_, h))) => self.last_host = Some(h.to_string()),
+            Some((cut, (_, h))) => {
+                let bar = clean::bar_start(&cleaned.text[cut..]);
+                match &self.last_host {
+                    Some((last, last_bar)) if last == h && !(bar && *last_bar) => self.remember_pdsh(h),
+                    _ => self.last_host = Some((h.to_string(), bar)),
+                }
+            }
             None => self.last_host = None,
         }
         let known = host.is_some_and(|(_, (_, h))| self.pdsh_hosts.iter().any(|k| k == h));
@@ -499,6 +511,7 @@ fn parse(format: Format, line: u64, text: &str) -> Option<Record> {
         Format::Slime => slime::parse(line, text),
         Format::Areal => areal::parse(line, text),
         Format::Primerl => primerl::parse(line, text),
+        Format::Lightning => lightning::parse(line, text),
         Format::Failures => None,
     }
 }
@@ -553,6 +566,7 @@ const STANDARD: [(&str, &[(&str, f64)]); 5] = [
             ("timing_s/step", 1000.0),
             ("perf/time_per_step", 1000.0),
             ("step_avg_ms", 1.0),
+            ("step_time", 1000.0),
             // slime's `perf/step_time` (older: train wait + train), PRIME-RL's `Time`, AReaL
             // realhf's end-to-end time, OpenRLHF's `timing/step_total`. (verl SFT's
             // `train/time(s)` reads `train_time_s`, which modded-nanogpt's cumulative
@@ -570,6 +584,7 @@ const STANDARD: [(&str, &[(&str, f64)]); 5] = [
             ("tps", 1.0),
             ("perf/throughput", 1.0),
             ("tokens_per_second", 1.0),
+            ("train_tokens_per_second", 1.0),
             ("wps", 1.0),
             ("tok/s", 1.0),
             ("toks/s", 1.0),

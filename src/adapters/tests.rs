@@ -272,7 +272,11 @@ fn every_fixture_line_behind_every_launchers_prefix_reads_the_same() {
             assert!(g == p, "{} behind {what} ({prefix:?}): {}", path.display(), first_difference(&g, &p));
             // The rank and host the prefix names land on records that named none of their own.
             for (g, p) in got.iter().zip(&plain) {
-                for (key, want) in [("rank", rank.map(serde_json::Value::from)), ("local_rank", local_rank.map(Into::into)), ("host", host.map(Into::into))] {
+                for (key, want) in [
+                    ("rank", rank.map(serde_json::Value::from)),
+                    ("local_rank", local_rank.map(Into::into)),
+                    ("host", host.map(Into::into)),
+                ] {
                     if let (Some(want), None) = (want, p["labels"].get(key)) {
                         // pdsh's host is a candidate only: an adapter that reads the whole line
                         // (DeepSpeed's `[Rank 0] step=` anywhere in it) gives no host, never a wrong one.
@@ -296,7 +300,9 @@ fn a_colour_wrapped_line_reads_as_the_plain_one() {
         let plain = as_json(&read(Choice::Auto, &bytes));
         let coloured: Vec<u8> = bytes
             .split(|b| *b == b'\n')
-            .map(|l| if l.is_empty() { Vec::new() } else { [b"\x1b[38;2;10;20;30m".as_slice(), l, b"\x1b[0m"].concat() })
+            .map(
+                |l| if l.is_empty() { Vec::new() } else { [b"\x1b[38;2;10;20;30m".as_slice(), l, b"\x1b[0m"].concat() },
+            )
             .collect::<Vec<_>>()
             .join(&b'\n');
         assert_eq!(as_json(&read(Choice::Auto, &coloured)), plain, "{} in 24-bit colour", path.display());

@@ -103,8 +103,10 @@ impl LogFailures {
             None => format!("{} failed first: {}", who(std::slice::from_ref(first)), first.detail),
         };
         if culprits.len() > 1 {
-            let rest: Vec<String> =
-                culprits[1..].iter().map(|c| format!("{} ({})", c.rank, self.first[&c.rank].name.replace('_', " "))).collect();
+            let rest: Vec<String> = culprits[1..]
+                .iter()
+                .map(|c| format!("{} ({})", c.rank, self.first[&c.rank].name.replace('_', " ")))
+                .collect();
             summary.push_str(&format!("; then {} {}", if rest.len() == 1 { "rank" } else { "ranks" }, rest.join(", ")));
         }
         if let Some(h) = hang {
@@ -112,7 +114,11 @@ impl LogFailures {
             if named.contains(&first.rank) {
                 summary.push_str(&format!("; the flight recorder agrees ({}: {})", h.kind.name(), h.summary));
             } else if !named.is_empty() {
-                summary.push_str(&format!("; the flight recorder names {} instead ({})", who(&h.culprits), h.kind.name()));
+                summary.push_str(&format!(
+                    "; the flight recorder names {} instead ({})",
+                    who(&h.culprits),
+                    h.kind.name()
+                ));
             }
         }
         let waiting: Vec<u32> =

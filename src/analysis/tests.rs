@@ -661,7 +661,11 @@ fn a_failure_in_a_ranks_log_is_a_verdict_naming_the_first_rank_to_fail() {
     let v = &s.given[0];
     assert_eq!(v.culprits.iter().map(|c| c.rank).collect::<Vec<_>>(), vec![2, 0], "root cause first: {}", v.summary);
     assert!(v.summary.starts_with("rank 2 (local, pid 102) failed first: nccl timeout"), "{}", v.summary);
-    assert!(v.summary.contains("ALLREDUCE work 5") && v.summary.contains("then rank 0 (dist backend error)"), "{}", v.summary);
+    assert!(
+        v.summary.contains("ALLREDUCE work 5") && v.summary.contains("then rank 0 (dist backend error)"),
+        "{}",
+        v.summary
+    );
     assert_eq!(v.waiting, vec![1], "the rank that said nothing");
     assert!(v.kind.is_hang(), "an incident report and a stack dump");
     assert!(s.a.active().iter().any(|a| a.kind == VerdictKind::Failure), "it holds");

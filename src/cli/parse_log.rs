@@ -78,7 +78,12 @@ fn explain(file: std::fs::File, path: &Path, format: Choice, at: u64) -> anyhow:
         }
     })?;
     let Some((raw, explanation)) = found else {
-        eprintln!("flightdeck: parse-log: {} has {} lines; --explain takes 1 to {}", path.display(), lines.lines, lines.lines);
+        eprintln!(
+            "flightdeck: parse-log: {} has {} lines; --explain takes 1 to {}",
+            path.display(),
+            lines.lines,
+            lines.lines
+        );
         return Ok(super::EXIT_BAD_INPUT);
     };
     print!("{}", explanation_text(path, at, &raw, format, explanation.as_ref()));
@@ -96,7 +101,11 @@ fn explanation_text(
     use crate::adapters::Taker;
     let mut out = format!("{} line {at}\n  as printed: {raw:?}\n", path.display());
     let Some(e) = e else {
-        let why = if format == Choice::None { "--format none reads nothing" } else { "the line is blank once colours and redraws are off" };
+        let why = if format == Choice::None {
+            "--format none reads nothing"
+        } else {
+            "the line is blank once colours and redraws are off"
+        };
         out.push_str(&format!("  read by: nothing ({why})\n"));
         return out;
     };
