@@ -20,9 +20,13 @@ use super::verl::py_dict;
 use super::{Label, Record, RecordKind};
 
 pub fn parse(line: u64, text: &str) -> Option<Record> {
-    let text = own_header(text);
     // `NAME N: {`: the name, a space, digits, then `: {`, checked before anything is searched.
-    let space = text.bytes().take(24).position(|b| b == b' ')?;
+    let mut space = first_space(text)?;
+    let mut text = text;
+    if text.starts_with('[') || text[..space].contains(".py:") {
+        text = own_header(text);
+        space = first_space(text)?;
+    }
     let (what, rest) = (&text[..space], &text[space + 1..]);
     let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
     if digits == 0 || !rest[digits..].starts_with(": {") {
@@ -55,6 +59,11 @@ pub fn parse(line: u64, text: &str) -> Option<Record> {
     Some(r)
 }
 
+/// Where the first word ends, if within the first 32 bytes.
+fn first_space(text: &str) -> Option<usize> {
+    text.as_bytes().iter().take(32).position(|&b| b == b' ')
+}
+
 /// slime's logger header (`configure_logger`: `[%(asctime)s{prefix}] %(filename)s:%(lineno)d - `):
 /// `[2025-12-02 09:15:07] model.py:654 - `, or its `model.py:654 - ` when the shared cleaner
 /// took the bracketed time; taken off here, so a line reads the same either way.
@@ -66,13 +75,12 @@ pub(super) fn own_header(text: &str) -> &str {
             _ => return text,
         }
     }
-    // `model.py:654 - `
-    let Some(dot) = t.bytes().take(64).position(|b| b == b'.') else { return text };
-    let Some(rest) = t[dot..].strip_prefix(".py:") else { return text };
-    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-    let file_ok = t[..dot].bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
-    match rest[digits..].strip_prefix(" - ") {
-        Some(message) if digits > 0 && file_ok && dot > 0 => message,
+    // `model.py:654 - `: the first word, a file and line, then ` - `.
+    let Some(space) = t.bytes().take(64).position(|b| b == b' ') else { return text };
+    let Some((file, line)) = t[..space].split_once(".py:") else { return text };
+    let file_ok = !file.is_empty() && file.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    match t[space..].strip_prefix(" - ") {
+        Some(message) if file_ok && count(line).is_some() => message,
         _ => text,
     }
 }

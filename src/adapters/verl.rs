@@ -30,8 +30,11 @@ pub fn parse(line: u64, text: &str) -> Option<Record> {
         let (when, metrics) = validation_sentence(text.trim())?;
         return Some(validation(line, when, metrics));
     }
-    if let Some(at) = text.find(", memory allocated (GB): ") {
-        return memory(line, &text[..at], &text[at + 2..]);
+    // A memory line ends with a number (`... (GB): 13.25` or `40.50/79.11`).
+    if text.as_bytes().last().is_some_and(u8::is_ascii_digit) {
+        if let Some(at) = text.find(", memory allocated (GB): ") {
+            return memory(line, &text[..at], &text[at + 2..]);
+        }
     }
     None
 }
