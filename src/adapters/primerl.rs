@@ -397,8 +397,8 @@ mod tests {
             metrics(&r),
             vec![
                 ("time_s", 12.34),
-                ("avg_4", 0.5),
-                ("pass_1", 0.5),
+                ("Avg@4", 0.5),
+                ("Pass@1", 0.5),
                 ("completion_length", 123.45),
                 ("truncated_pct", 1.2)
             ]

@@ -315,7 +315,7 @@ mod tests {
         let r = parse(1, "step:0 - val-core/openai/gsm8k/reward/mean@1:0.25 - val-aux/num_turns/min:2").unwrap();
         assert_eq!(r.kind, RecordKind::Validation);
         assert_eq!(r.step, Some(0));
-        assert_eq!(r.metrics[0].0, "val_core_openai_gsm8k_reward_mean_1");
+        assert_eq!(r.metrics[0].0, "val-core/openai/gsm8k/reward/mean@1");
         let r = parse(1, "step:20 - val/loss:1.25").unwrap();
         assert_eq!(r.kind, RecordKind::Validation);
         let r = parse(1, "step:20 - train/loss:1.5 - val/test_score/gsm8k:0.25").unwrap();
@@ -342,7 +342,7 @@ mod tests {
         let records = v.push(12, " \"'val-aux/x/mean': 2}\")").unwrap();
         assert_eq!(records.len(), 1);
         assert_eq!((records[0].line, records[0].end_line), (10, Some(12)));
-        assert_eq!(metrics(&records[0]), vec![("val_core_openai_gsm8k_reward_mean_1", 0.5), ("val-aux/x/mean", 2.0)]);
+        assert_eq!(metrics(&records[0]), vec![("val-core/openai/gsm8k/reward/mean@1", 0.5), ("val-aux/x/mean", 2.0)]);
         // A line that is not a literal ends the block, and is someone else's.
         assert_eq!(v.push(20, "(\"Initial validation metrics: {'a': \""), Some(vec![]));
         assert_eq!(v.push(21, "step:1 - a:1"), None);
