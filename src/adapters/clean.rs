@@ -197,7 +197,11 @@ fn wrapper(s: &str, origin: &mut Origin) -> Option<(usize, Wrapper)> {
             .or_else(|| dmesg(t)),
         b'(' => ray(t, origin),
         b'0'..=b'9' => timestamp_led(t, origin).or_else(|| srun(t, origin)).or_else(|| glog(t)),
-        b'A'..=b'Z' => level_colon(t).or_else(|| glog(t)).or_else(|| syslog(t, origin)).or_else(|| srun_het(t, origin)),
+        b'A'..=b'Z' => level_colon(t)
+            .or_else(|| level_led(t))
+            .or_else(|| glog(t))
+            .or_else(|| syslog(t, origin))
+            .or_else(|| srun_het(t, origin)),
         // A pipe's name before its lines (`stdout: `, as some schedulers and notebooks print).
         b's' => ["stdout:", "stderr:"].iter().find(|p| t.starts_with(**p)).map(|p| (p.len(), Wrapper::Stream)),
         _ => None,
@@ -406,6 +410,30 @@ fn is_logger_name(s: &str) -> bool {
         && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-' | b':' | b'<' | b'>'))
 }
 
+/// vLLM's and OpenRLHF's `INFO 05-01 12:00:00 llm_engine.py:123] ` (`%(levelname)s %(asctime)s
+/// %(filename)s:%(lineno)d] `, dates `%m-%d %H:%M:%S`).
+fn level_led(t: &str) -> Option<(usize, Wrapper)> {
+    let (level, rest) = t.split_once(' ')?;
+    if !is_level(level) {
+        return None;
+    }
+    let b = rest.as_bytes();
+    let date = b.len() > 15
+        && b[..2].iter().all(u8::is_ascii_digit)
+        && b[2] == b'-'
+        && b[3..5].iter().all(u8::is_ascii_digit)
+        && b[5] == b' ';
+    if !date {
+        return None;
+    }
+    let time = time_at(&rest[6..])?;
+    let place = rest[6 + time..].strip_prefix(' ')?;
+    let close = place.find("] ")?;
+    let file = &place[..close];
+    let plausible = file.contains(':') && !file.contains(' ') && close < 80;
+    plausible.then(|| (t.len() - place.len() + close + 1, Wrapper::Logger))
+}
+
 /// `LEVEL:name:` (the `logging` module's default format, `%(levelname)s:%(name)s:%(message)s`).
 fn level_colon(t: &str) -> Option<(usize, Wrapper)> {
     let (level, rest) = t.split_once(':')?;
@@ -439,6 +467,15 @@ fn logger_bracketed(t: &str) -> Option<(usize, Wrapper)> {
             }
             len += 2 + close + 1;
             rest = &r[close + 1..];
+        }
+        // slime's `[2024-05-01 12:00:00] model.py:654 - ` (`%(filename)s:%(lineno)d - `).
+        if let Some(r) = rest.strip_prefix(' ') {
+            if let Some(dash) = r.find(" - ") {
+                let place = &r[..dash];
+                if place.contains(".py:") && !place.contains(' ') {
+                    len += 1 + dash + 2;
+                }
+            }
         }
         return Some((len, Wrapper::Logger));
     }
@@ -737,6 +774,8 @@ mod tests {
             "Step 3 | Loss: 1"
         );
         assert_eq!(msg("INFO:root:step 1"), "step 1");
+        assert_eq!(msg("INFO 05-01 12:00:00 ppo_trainer.py:123] Global step 3: {}"), "Global step 3: {}");
+        assert_eq!(msg("[2024-05-01 12:00:00] model.py:654 - step 3: {'a/b': 1}"), "step 3: {'a/b': 1}");
         let c = line("stdout: [2022-12-20 08:26:26,101] [INFO] [timer.py:197:stop] 0/17, SamplesPerSec=1.5");
         assert_eq!((c.text.as_ref(), c.origin.host), ("0/17, SamplesPerSec=1.5", None));
         assert_eq!(

@@ -7,6 +7,7 @@
 //! punctuation become lowercase `snake_case`, identifiers are kept verbatim.
 use serde::{Deserialize, Serialize};
 
+mod areal;
 pub mod clean;
 mod deepspeed;
 pub mod failures;
@@ -19,7 +20,9 @@ mod megatron;
 mod nanogpt;
 mod nemo;
 mod openrlhf;
+mod primerl;
 mod series;
+mod slime;
 #[cfg(test)]
 mod tests;
 mod torchtitan;
@@ -117,13 +120,19 @@ pub enum Format {
     Nanogpt,
     /// llm.c's C/CUDA trainers, its PyTorch reference and its `main.log`.
     Llmc,
+    /// slime's `step N: {...}`, `rollout N: {...}`, `perf N: {...}`, `eval N: {...}` dicts.
+    Slime,
+    /// AReaL's realhf step line and RPC statistics, and its stats tables (realhf and areal-lite).
+    Areal,
+    /// PRIME-RL's trainer and orchestrator step lines, zeroband to today.
+    Primerl,
     Lightning,
     /// torchrun's ChildFailedError, NCCL watchdog timeouts, CUDA OOM: any framework's failures.
     Failures,
 }
 
 impl Format {
-    pub const ALL: [Format; 12] = [
+    pub const ALL: [Format; 15] = [
         Format::Megatron,
         Format::Nemo,
         Format::Deepspeed,
@@ -134,6 +143,9 @@ impl Format {
         Format::Torchtitan,
         Format::Nanogpt,
         Format::Llmc,
+        Format::Slime,
+        Format::Areal,
+        Format::Primerl,
         Format::Lightning,
         Format::Failures,
     ];
@@ -150,6 +162,9 @@ impl Format {
             Format::Torchtitan => "torchtitan",
             Format::Nanogpt => "nanogpt",
             Format::Llmc => "llmc",
+            Format::Slime => "slime",
+            Format::Areal => "areal",
+            Format::Primerl => "primerl",
             Format::Lightning => "lightning",
             Format::Failures => "failures",
         }
@@ -234,6 +249,10 @@ pub struct LogReader {
     failures: Vec<(Option<u32>, failures::Failures)>,
     comms: deepspeed::CommsTable,
     rank_times: megatron::RankTimes,
+    /// verl's pprinted `Initial/Final validation metrics` over several lines.
+    verl_validation: verl::Validation,
+    /// AReaL's stats tables under their header lines.
+    areal_tables: areal::Tables,
     /// Hosts whose pdsh `host: ` a line was read through: their lines are read without it first,
     /// so a multi-line table behind pdsh is not closed by its own prefixed lines.
     pdsh_hosts: Vec<String>,
@@ -249,12 +268,16 @@ const MAX_PDSH_HOSTS: usize = 256;
 const MAX_STREAM_RANKS: usize = 4096;
 
 /// The metric adapters `auto` asks, most specific first (each checks a cheap prefix first).
-const AUTO: [Format; 11] = [
+const AUTO: [Format; 14] = [
     Format::Megatron,
     Format::Nemo,
     Format::Deepspeed,
     Format::Torchtitan,
     Format::Verl,
+    // Before nanoGPT, whose `step N: ...` eval reader would take slime's `step N: {...}`.
+    Format::Slime,
+    Format::Areal,
+    Format::Primerl,
     Format::Llmc,
     Format::Nanogpt,
     Format::Hf,
@@ -294,6 +317,8 @@ impl LogReader {
             failures: Vec::new(),
             comms: deepspeed::CommsTable::default(),
             rank_times: megatron::RankTimes::default(),
+            verl_validation: verl::Validation::default(),
+            areal_tables: areal::Tables::default(),
             pdsh_hosts: Vec::new(),
             last_host: None,
             skipped: Skipped::default(),
@@ -431,6 +456,17 @@ impl LogReader {
                 return Some((records, Taker::Adapter(format)));
             }
         }
+        // Multi-line blocks: verl's pprinted validation metrics, AReaL's stats tables.
+        if let Choice::Auto | Choice::One(Format::Verl) = self.choice {
+            if let Some(records) = self.verl_validation.push(line, text) {
+                return Some((records, Taker::Adapter(Format::Verl)));
+            }
+        }
+        if let Choice::Auto | Choice::One(Format::Areal) = self.choice {
+            if let Some(records) = self.areal_tables.push(line, text) {
+                return Some((records, Taker::Adapter(Format::Areal)));
+            }
+        }
         let (record, format) = match self.choice {
             Choice::One(Format::Failures) | Choice::None => None,
             Choice::One(format) => parse(format, line, text).map(|r| (r, format)),
@@ -489,6 +525,9 @@ fn parse(format: Format, line: u64, text: &str) -> Option<Record> {
         Format::Torchtitan => torchtitan::parse(line, text),
         Format::Nanogpt => nanogpt::parse(line, text),
         Format::Llmc => llmc::parse(line, text),
+        Format::Slime => slime::parse(line, text),
+        Format::Areal => areal::parse(line, text),
+        Format::Primerl => primerl::parse(line, text),
         Format::Lightning => lightning::parse(line, text),
         Format::Failures => None,
     }
@@ -520,6 +559,16 @@ const STANDARD: [(&str, &[(&str, f64)]); 5] = [
             ("reduced_train_loss", 1.0),
             ("trl", 1.0),
             ("loss/mean", 1.0),
+            // RL frameworks: the policy's loss (verl, OpenRLHF, AReaL realhf and lite/1.x),
+            // OpenRLHF's SFT loss, PRIME-RL's printed `Loss`.
+            ("actor/loss", 1.0),
+            ("actor/pg_loss", 1.0),
+            ("policy_loss", 1.0),
+            ("gpt_loss", 1.0),
+            ("Loss", 1.0),
+            ("actor_loss", 1.0),
+            ("update/actor_loss/avg", 1.0),
+            ("grpo_actor/actor_loss/avg", 1.0),
         ],
     ),
     (
@@ -535,6 +584,15 @@ const STANDARD: [(&str, &[(&str, f64)]); 5] = [
             ("perf/time_per_step", 1000.0),
             ("step_avg_ms", 1.0),
             ("step_time", 1000.0),
+            // slime's `perf/step_time` (older: train wait + train), PRIME-RL's `Time`, AReaL
+            // realhf's end-to-end time, OpenRLHF's `timing/step_total`. (verl SFT's
+            // `train/time(s)` reads `train_time_s`, which modded-nanogpt's cumulative
+            // `train_time:45.1s` also gives: not a step time, so not here.)
+            ("perf/step_time", 1000.0),
+            ("perf/total_train_time", 1000.0),
+            ("time_s", 1000.0),
+            ("end_to_end_execution_time_s", 1000.0),
+            ("timing/step_total", 1000.0),
         ],
     ),
     (
@@ -548,10 +606,40 @@ const STANDARD: [(&str, &[(&str, f64)]); 5] = [
             ("tok/s", 1.0),
             ("toks/s", 1.0),
             ("perf/trainer/tokens_per_second_full_step", 1.0),
+            ("throughput_tokens_s", 1.0),
+            ("perf/actor_train_tok_per_s", 1.0),
         ],
     ),
-    ("lr", &[("lr", 1.0), ("learning_rate", 1.0), ("actor_lr", 1.0), ("actor/lr", 1.0), ("trainer/lr", 1.0)]),
-    ("grad_norm", &[("grad_norm", 1.0), ("actor/grad_norm", 1.0), ("norm", 1.0), ("trainer/grad_norm/mean", 1.0)]),
+    (
+        "lr",
+        &[
+            ("lr", 1.0),
+            ("learning_rate", 1.0),
+            ("actor_lr", 1.0),
+            ("actor/lr", 1.0),
+            ("trainer/lr", 1.0),
+            // verl SFT (`train/lr(1e-3)` prints lr x 1000), slime's first param group,
+            // PRIME-RL's `LR`, AReaL's `update/lr` (lite: `grpo_actor/lr`).
+            ("train/lr", 1.0),
+            ("train_lr_1e_3", 0.001),
+            ("train/lr-pg_0", 1.0),
+            ("LR", 1.0),
+            ("update/lr", 1.0),
+            ("grpo_actor/lr", 1.0),
+        ],
+    ),
+    (
+        "grad_norm",
+        &[
+            ("grad_norm", 1.0),
+            ("actor/grad_norm", 1.0),
+            ("norm", 1.0),
+            ("trainer/grad_norm/mean", 1.0),
+            ("train/grad_norm", 1.0),
+            ("update/grad_norm", 1.0),
+            ("grpo_actor/grad_norm", 1.0),
+        ],
+    ),
 ];
 
 /// The cockpit's standard series a record also writes, where the framework's metric means the

@@ -1,6 +1,6 @@
 //! The one name/value rule every adapter uses: printed labels into metric names, printed numbers into values.
 //!
-//! Names: a label that is already an identifier (ASCII letters, digits and `_ / . -`, nothing else)
+//! Names: a label that is already an identifier (ASCII letters, digits and `_ / . - @`, nothing else)
 //! is kept verbatim (`rewards/chosen`, `actor/pg_loss`, `grad_norm`); any other label is lowercased
 //! and each run of other characters becomes one `_`, trimmed at both ends (`elapsed time per
 //! iteration (ms)` → `elapsed_time_per_iteration_ms`, `lm loss` → `lm_loss`).
@@ -31,7 +31,8 @@ pub fn name(label: &str) -> String {
 
 /// Whether a label is printed as an identifier, so kept verbatim.
 pub fn is_identifier(label: &str) -> bool {
-    !label.is_empty() && label.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'/' | b'.' | b'-'))
+    !label.is_empty()
+        && label.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'/' | b'.' | b'-' | b'@'))
 }
 
 /// A printed number: plain, quoted (HF's newer string form), wrapped by numpy's repr, or with

@@ -178,9 +178,24 @@ pub fn read_lines(file: std::fs::File, path: &Path, mut each: impl FnMut(u64, &[
         for piece in chunk.split_inclusive(|b| *b == b'\n') {
             let ends = piece.last() == Some(&b'\n');
             let body = if ends { &piece[..piece.len() - 1] } else { piece };
-            if line.len() + body.len() > MAX_LINE_BYTES {
-                overflow = true;
-                line.clear();
+            if overflow || line.len() + body.len() > MAX_LINE_BYTES {
+                // A bar redrawn in place for a whole epoch is one long line of `\r` redraws:
+                // what is on the screen is its last redraw, which is kept when it fits.
+                match body.iter().rposition(|b| *b == b'\r') {
+                    Some(cr) if body.len() - cr - 1 <= MAX_LINE_BYTES && cr + 1 < body.len() => {
+                        (overflow, line) = (false, body[cr + 1..].to_vec());
+                        if ends {
+                            counts.lines += 1;
+                            each(counts.lines, &line);
+                            line.clear();
+                        }
+                        continue;
+                    }
+                    _ => {
+                        overflow = true;
+                        line.clear();
+                    }
+                }
             }
             if !overflow {
                 line.extend_from_slice(body);
@@ -207,4 +222,34 @@ pub fn read_lines(file: std::fs::File, path: &Path, mut each: impl FnMut(u64, &[
         }
     }
     Ok(counts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines_of(bytes: &[u8]) -> (Vec<Vec<u8>>, u64) {
+        let mut f = tempfile::tempfile().expect("a temporary file");
+        f.write_all(bytes).expect("writing it");
+        use std::io::Seek;
+        f.rewind().expect("rewinding it");
+        let mut got = Vec::new();
+        let counts = read_lines(f, Path::new("t.log"), |_, l| got.push(l.to_vec())).expect("reading it");
+        (got, counts.too_long)
+    }
+
+    #[test]
+    fn a_bar_redrawn_past_the_line_limit_gives_its_last_redraw_and_a_plain_long_line_is_skipped() {
+        let mut bytes = Vec::new();
+        for i in 0..20_000 {
+            bytes.extend_from_slice(format!("{:3}%|#   | {i}/20000\r", i / 200).as_bytes());
+        }
+        bytes.extend_from_slice(b"100%|####| 20000/20000 [00:10<00:00, 1999.00it/s, loss=2.5]\n");
+        bytes.extend_from_slice(&vec![b'x'; MAX_LINE_BYTES + 10]);
+        bytes.extend_from_slice(b"\nlast\n");
+        let (lines, too_long) = lines_of(&bytes);
+        assert_eq!(lines.len(), 2, "{:?}", lines.iter().map(|l| l.len()).collect::<Vec<_>>());
+        assert_eq!(lines[0], b"100%|####| 20000/20000 [00:10<00:00, 1999.00it/s, loss=2.5]");
+        assert_eq!((lines[1].as_slice(), too_long), (&b"last"[..], 1));
+    }
 }
