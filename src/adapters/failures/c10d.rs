@@ -21,8 +21,12 @@ use crate::adapters::{Label, Record};
 /// The watchdog's and heartbeat monitor's lines: phrases with `NCCL` or `watchdog` in them are
 /// searched when the line has those; the others only right after a c10d prefix.
 pub(super) fn parse(line: u64, t: &str, b: &Bytes, nccl: bool) -> Option<Record> {
-    let watchdog = (b.has(b'w') || b.has(b'W')) && (nccl || b.has(b'R')) && t.contains("atchdog");
     let message = if b.has(b'R') { message(t) } else { None };
+    // A message right after its prefix starts with its phrase: no search of the whole line.
+    let watchdog = match message {
+        Some((_, true)) => false,
+        _ => (b.has(b'w') || b.has(b'W')) && (nccl || b.has(b'R')) && t.contains("atchdog"),
+    };
     if let Some(r) = phrases(line, t, nccl, watchdog, message) {
         return Some(r);
     }
@@ -33,19 +37,26 @@ pub(super) fn parse(line: u64, t: &str, b: &Bytes, nccl: bool) -> Option<Record>
 }
 
 /// The message after the c10d prefixes (`[PG ID 0 PG GUID 0(default_pg) Rank 6] [PG ID 0 …] MSG`),
-/// or the line itself when it starts with one of the unprefixed 1.x messages.
-fn message(t: &str) -> Option<&str> {
+/// and whether only bracketed headers (glog's `[E …] `) come before the first prefix: when other
+/// text does (`RuntimeError: NCCL communicator was aborted … [Rank 1] Watchdog …`, a bar glued
+/// before the line), the phrases are searched in the whole line.
+fn message(t: &str) -> Option<(&str, bool)> {
     let start = match (t.find("[Rank "), t.find("[PG ")) {
         (Some(a), Some(b)) => a.min(b),
         (Some(a), None) | (None, Some(a)) => a,
         (None, None) => return None,
     };
+    let mut head = t[..start].trim_start();
+    while let Some(inner) = head.strip_prefix('[') {
+        let Some(end) = inner.find(']') else { break };
+        head = inner[end + 1..].trim_start();
+    }
     let mut m = &t[start..];
     while m.starts_with("[Rank ") || m.starts_with("[PG ") {
         let end = m.find(']')?;
         m = m[end + 1..].trim_start();
     }
-    Some(m)
+    Some((m, head.is_empty()))
 }
 
 /// The c10d log prefix before position `end`: the first one in `t[..end]`.
@@ -171,7 +182,32 @@ fn nested(r: &mut Record, inner: &str) {
 /// starts the message after the prefix (or the line, 1.x printed some unprefixed).
 const GROUPS: [u8; 18] = *b"WNNNNNWWPWPNPPPPWP";
 
-fn phrases(line: u64, t: &str, nccl: bool, watchdog: bool, message: Option<&str>) -> Option<Record> {
+/// The messages' starts (after the prefix), each with the phrase of `PHRASES` it holds.
+const STARTS: [(&str, usize); 21] = [
+    ("Process group watchdog thread terminated with exception: ", 0),
+    ("NCCL watchdog thread terminated with exception: ", 0),
+    ("NCCL communicator was aborted on rank ", 1),
+    ("Collective WorkNCCL(", 2),
+    ("Watchdog caught collective operation timeout: ", 3),
+    ("Caught collective operation timeout: ", 3),
+    ("Work WorkNCCL(", 4),
+    ("Timeout at NCCL work: ", 5),
+    ("Exception (either an error or timeout) detected by watchdog at work: ", 6),
+    ("failure detected by watchdog at work sequence id: ", 7),
+    ("Heartbeat monitor timed out!", 8),
+    ("ProcessGroupNCCL's watchdog got stuck for ", 9),
+    ("First PG on this rank that detected no heartbeat", 10),
+    ("Some NCCL operations have failed or timed out", 11),
+    ("To avoid data inconsistency, we are taking the entire process down", 12),
+    ("Terminating the process after attempting to dump debug info, due to ", 13),
+    ("Received a ", 14),
+    ("Observed flight recorder dump signal", 15),
+    ("ProcessGroupNCCL's watchdog detected a collective timeout and notified", 16),
+    ("remote error detected from rank: ", 17),
+    ("ProcessGroup", 9),
+];
+
+fn phrases(line: u64, t: &str, nccl: bool, watchdog: bool, message: Option<(&str, bool)>) -> Option<Record> {
     const PHRASES: [&str; 18] = [
         "atchdog thread terminated with exception: ",
         "NCCL communicator was aborted on rank ",
@@ -180,7 +216,7 @@ fn phrases(line: u64, t: &str, nccl: bool, watchdog: bool, message: Option<&str>
         " timed out in blocking wait",
         "Timeout at NCCL work: ",
         "detected by watchdog at work: ",
-        " failure detected by watchdog at work sequence id: ",
+        "failure detected by watchdog at work sequence id: ",
         "Heartbeat monitor timed out!",
         "'s watchdog got stuck for ",
         "First PG on this rank that detected no heartbeat",
@@ -193,17 +229,26 @@ fn phrases(line: u64, t: &str, nccl: bool, watchdog: bool, message: Option<&str>
         "remote error detected from rank: ",
     ];
     let offset = |m: &str| m.as_ptr() as usize - t.as_ptr() as usize;
-    let (k, at) = PHRASES.iter().enumerate().find_map(|(k, p)| match GROUPS[k] {
-        b'N' if nccl => t.find(p).map(|i| (k, i)),
-        b'W' if watchdog => t.find(p).map(|i| (k, i)),
-        b'P' => match message {
-            Some(m) if m.starts_with(p) => Some((k, offset(m))),
-            _ if t.starts_with(p) => Some((k, 0)),
-            _ if nccl && k == 12 => t.find(p).map(|i| (k, i)),
+    let found = match message {
+        Some((m, true)) => STARTS.iter().find(|(s, _)| m.starts_with(s)).and_then(|(s, k)| {
+            // `ProcessGroupXCCL's watchdog …` of any backend.
+            let k =
+                if *s == "ProcessGroup" && m.contains("'s watchdog detected a collective timeout") { 16 } else { *k };
+            m.find(PHRASES[k]).map(|i| (k, offset(m) + i))
+        }),
+        _ => PHRASES.iter().enumerate().find_map(|(k, p)| match GROUPS[k] {
+            b'N' if nccl => t.find(p).map(|i| (k, i)),
+            b'W' if watchdog => t.find(p).map(|i| (k, i)),
+            b'P' => match message {
+                Some((m, _)) if m.starts_with(p) => Some((k, offset(m))),
+                _ if t.starts_with(p) => Some((k, 0)),
+                _ if nccl && k == 12 => t.find(p).map(|i| (k, i)),
+                _ => None,
+            },
             _ => None,
-        },
-        _ => None,
-    })?;
+        }),
+    };
+    let (k, at) = found?;
     let rest = &t[at + PHRASES[k].len()..];
     let name = match k {
         0 => "watchdog_terminated",

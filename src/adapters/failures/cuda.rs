@@ -57,39 +57,81 @@ pub(super) fn parse(line: u64, t: &str, b: &Bytes) -> Option<Record> {
 fn oom(line: u64, t: &str) -> Option<Record> {
     let rest = after(t, "CUDA out of memory.")?;
     let mut r = event(line, "cuda_oom");
-    let size = |start: &str, end: &str| between(rest, start, end).and_then(size_mib);
-    if let Some((gpu, _)) = after(rest, "GPU ").and_then(lead_int) {
-        r.int("gpu", gpu);
+    let mut sizes: Vec<(&str, f64)> = Vec::new();
+    if let Some(tried) = after(rest, "Tried to allocate ").and_then(size_mib) {
+        sizes.push(("tried_mib", tried));
     }
-    let sizes = [
-        ("tried_mib", after(rest, "Tried to allocate ").and_then(size_mib)),
-        (
-            "total_mib",
-            size("; ", " total capacity")
-                .or_else(|| size("has a total capacity of ", " of which"))
-                .or_else(|| size("has a total capacty of ", " of which")),
-        ),
-        (
-            "allocated_mib",
-            size("capacity; ", " already allocated")
-                .or_else(|| size("Of the allocated memory ", " is allocated by PyTorch")),
-        ),
-        ("free_mib", size("already allocated; ", " free").or_else(|| size(" of which ", " is free"))),
-        ("allowed_mib", size("free; ", " allowed")),
-        ("reserved_mib", last_size(rest, " reserved in total by PyTorch")),
-        ("cached_mib", last_size(rest, " cached)")),
-        ("in_use_mib", size("this process has ", " memory in use")),
-        ("reserved_unallocated_mib", size("PyTorch, and ", " is reserved by PyTorch but unallocated")),
+    if let Some(inner) = between(rest, " (GPU ", ")") {
+        // 1.0-2.0: `(GPU 0; 15.78 GiB total capacity; 14.56 GiB already allocated; 4.75 MiB free;
+        // 15.00 GiB allowed; 14.71 GiB reserved in total by PyTorch)` (`cached` to 1.4).
+        let mut parts = inner.split("; ");
+        r.int_of("gpu", parts.next().unwrap_or(""));
+        for part in parts {
+            let Some(size) = size_mib(part) else { continue };
+            let name = if part.ends_with(" total capacity") {
+                "total_mib"
+            } else if part.ends_with(" already allocated") {
+                "allocated_mib"
+            } else if part.ends_with(" free") {
+                "free_mib"
+            } else if part.ends_with(" allowed") {
+                "allowed_mib"
+            } else if part.ends_with(" reserved in total by PyTorch") {
+                "reserved_mib"
+            } else if part.ends_with(" cached") {
+                "cached_mib"
+            } else {
+                continue;
+            };
+            sizes.push((name, size));
+        }
+    } else {
+        // 2.1+: sentences. `GPU 0 has a total capacity of X of which Y is free.`, `Including
+        // non-PyTorch memory, this process has X memory in use.`, `Of the allocated memory X is
+        // allocated by PyTorch, and Y is reserved by PyTorch but unallocated.`
+        for sentence in rest.split(". ") {
+            let sentence = sentence.trim_start();
+            if let Some(gpu) = sentence.strip_prefix("GPU ") {
+                if let Some((g, _)) = lead_int(gpu) {
+                    r.int("gpu", g);
+                }
+                let total = after(gpu, "has a total capacity of ").or_else(|| after(gpu, "has a total capacty of "));
+                if let Some(total) = total.and_then(size_mib) {
+                    sizes.push(("total_mib", total));
+                }
+                if let Some(free) = after(gpu, " of which ").and_then(size_mib) {
+                    sizes.push(("free_mib", free));
+                }
+            } else if let Some(used) = after(sentence, "this process has ").and_then(size_mib) {
+                sizes.push(("in_use_mib", used));
+            } else if let Some(alloc) = sentence.strip_prefix("Of the allocated memory ") {
+                if let Some(a) = size_mib(alloc) {
+                    sizes.push(("allocated_mib", a));
+                }
+                if let Some(u) = after(alloc, "PyTorch, and ").and_then(size_mib) {
+                    sizes.push(("reserved_unallocated_mib", u));
+                }
+            }
+        }
+    }
+    // The order the existing records use: tried, total, allocated, free, allowed, reserved, cached, in use, reserved-unallocated.
+    const ORDER: [&str; 9] = [
+        "tried_mib",
+        "total_mib",
+        "allocated_mib",
+        "free_mib",
+        "allowed_mib",
+        "reserved_mib",
+        "cached_mib",
+        "in_use_mib",
+        "reserved_unallocated_mib",
     ];
-    r.metrics.extend(sizes.into_iter().filter_map(|(k, v)| v.map(|v| (k.to_string(), v))));
+    for name in ORDER {
+        if let Some((_, v)) = sizes.iter().find(|(n, _)| *n == name) {
+            r.metric(name, *v);
+        }
+    }
     Some(r)
-}
-
-/// The size printed just before `end` (`…; 14.71 GiB reserved in total by PyTorch)` → 14.71 GiB).
-fn last_size(s: &str, end: &str) -> Option<f64> {
-    let head = &s[..s.find(end)?];
-    let start = head.rfind("; ").map(|i| i + 2)?;
-    size_mib(&head[start..])
 }
 
 fn error(line: u64, t: &str) -> Option<Record> {

@@ -21,21 +21,27 @@ use super::{after, event, info, lead_int, Put, Read};
 use crate::adapters::Record;
 
 pub(super) fn parse(line: u64, t: &str) -> Option<Read> {
-    if let Some(i) = t.find(" NCCL WARN ").filter(|i| headed(&t[..*i])) {
-        return Some(Read::Record(warn(line, &t[..i], &t[i + " NCCL WARN ".len()..])));
-    }
-    if let Some(i) = t.find(" NCCL INFO ").filter(|i| headed(&t[..*i])) {
-        let msg = &t[i + " NCCL INFO ".len()..];
-        return Some(match info_line(line, msg) {
-            Some(mut r) => {
-                header(&mut r, &t[..i], false);
-                Read::Record(r)
+    // One search: NCCL's level word follows its header.
+    for (i, _) in t.match_indices(" NCCL ").take(4) {
+        let after = &t[i + " NCCL ".len()..];
+        let head = &t[..i];
+        if let Some(msg) = after.strip_prefix("WARN ") {
+            if headed(head) {
+                return Some(Read::Record(warn(line, head, msg)));
             }
-            None => Read::Consumed,
-        });
-    }
-    if t.contains(" NCCL TRACE ") || t.contains(" NCCL CALL ") {
-        return Some(Read::Consumed);
+        } else if let Some(msg) = after.strip_prefix("INFO ") {
+            if headed(head) {
+                return Some(match info_line(line, msg) {
+                    Some(mut r) => {
+                        header(&mut r, head, false);
+                        Read::Record(r)
+                    }
+                    None => Read::Consumed,
+                });
+            }
+        } else if after.starts_with("TRACE ") || after.starts_with("CALL ") {
+            return Some(Read::Consumed);
+        }
     }
     if let Some(rest) = t.trim_start().strip_prefix("NCCL WARN ") {
         return Some(Read::Record(warn(line, "", rest)));
