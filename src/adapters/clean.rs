@@ -134,8 +134,16 @@ pub fn pdsh_host(text: &str) -> Option<(usize, &str)> {
         && host.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'))
         && host.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
         && !host.bytes().all(|b| b.is_ascii_digit())
-        && !matches!(host, "stdout" | "stderr");
+        && !matches!(host, "stdout" | "stderr")
+        && !is_exception_name(host);
     plausible.then_some((colon + 2, host))
+}
+
+/// `RuntimeError`, `torch.distributed.DistBackendError`, `UserWarning`: a Python exception's
+/// or warning's type before its message, never a host.
+fn is_exception_name(word: &str) -> bool {
+    let last = word.rsplit('.').next().unwrap_or(word);
+    ["Error", "Exception", "Interrupt", "Exit", "Warning"].iter().any(|s| last.ends_with(s))
 }
 
 /// A tqdm bar after the `word: ` (`Iteration:  50%|`): the word is as likely the bar's desc as a
@@ -196,7 +204,7 @@ fn wrapper(s: &str, origin: &mut Origin) -> Option<(usize, Wrapper)> {
             .or_else(|| logger_bracketed(t))
             .or_else(|| dmesg(t)),
         b'(' => ray(t, origin),
-        b'0'..=b'9' => timestamp_led(t, origin).or_else(|| srun(t, origin)).or_else(|| glog(t)),
+        b'0'..=b'9' => kmsg(t).or_else(|| timestamp_led(t, origin)).or_else(|| srun(t, origin)).or_else(|| glog(t)),
         b'A'..=b'Z' => level_colon(t)
             .or_else(|| level_led(t))
             .or_else(|| glog(t))
@@ -468,6 +476,16 @@ fn logger_bracketed(t: &str) -> Option<(usize, Wrapper)> {
             len += 2 + close + 1;
             rest = &r[close + 1..];
         }
+        // torch elastic 2.1-2.3: `[2024-05-28 14:04:27,954] torch.distributed.elastic.multiprocessing.api: [WARNING] `.
+        if let Some(r) = rest.strip_prefix(' ') {
+            if let Some((name, after)) = r.split_once(": [") {
+                if let Some(close) = after.find("] ") {
+                    if is_logger_name(name) && name.contains('.') && is_level(&after[..close]) {
+                        return Some((len + 1 + name.len() + 3 + close + 1, Wrapper::Logger));
+                    }
+                }
+            }
+        }
         // slime's `[2024-05-01 12:00:00] model.py:654 - ` (`%(filename)s:%(lineno)d - `).
         if let Some(r) = rest.strip_prefix(' ') {
             if let Some(dash) = r.find(" - ") {
@@ -478,6 +496,20 @@ fn logger_bracketed(t: &str) -> Option<(usize, Wrapper)> {
             }
         }
         return Some((len, Wrapper::Logger));
+    }
+    // torch elastic 1.9: `[INFO] 2021-12-08 12:28:26,050 run: `.
+    if is_level(inner) {
+        if let Some(stamp) = after.strip_prefix(' ').and_then(datetime) {
+            let rest = &after[1 + stamp..];
+            if let Some(r) = rest.strip_prefix(' ') {
+                if let Some(colon) = r.find(": ") {
+                    if is_logger_name(&r[..colon]) {
+                        return Some((end + 2 + stamp + 1 + colon + 1, Wrapper::Logger));
+                    }
+                }
+            }
+        }
+        return None;
     }
     // `[NeMo I 2024-05-01 12:00:00 nemo_logging:349]`.
     if let Some(r) = inner.strip_prefix("NeMo ") {
@@ -516,6 +548,14 @@ fn logger_bracketed(t: &str) -> Option<(usize, Wrapper)> {
         return Some((end + 2 + stamp + fields, Wrapper::Logger));
     }
     None
+}
+
+/// /dev/kmsg's `6,1234,5678901,-;` (priority, sequence, microseconds, flags).
+fn kmsg(t: &str) -> Option<(usize, Wrapper)> {
+    let semi = t.find(';')?;
+    let fields: Vec<&str> = t[..semi].split(',').collect();
+    let ok = fields.len() >= 4 && fields[..3].iter().all(|f| all_digits(f)) && fields[3] == "-";
+    ok.then_some((semi + 1, Wrapper::Timestamp))
 }
 
 /// glog's (and absl's) `I0501 12:00:00.123456  1234 file.cc:12] `.
@@ -774,6 +814,12 @@ mod tests {
             "Step 3 | Loss: 1"
         );
         assert_eq!(msg("INFO:root:step 1"), "step 1");
+        assert_eq!(
+            msg("[2024-05-28 14:04:27,954] torch.distributed.elastic.multiprocessing.api: [WARNING] Sending process 1 closing signal SIGTERM"),
+            "Sending process 1 closing signal SIGTERM"
+        );
+        assert_eq!(msg("[INFO] 2021-12-08 12:28:26,050 run: Using nproc_per_node=2."), "Using nproc_per_node=2.");
+        assert_eq!(msg("6,1234,5678901,-;NVRM: Xid (PCI:0000:3b:00): 79"), "NVRM: Xid (PCI:0000:3b:00): 79");
         assert_eq!(msg("INFO 05-01 12:00:00 ppo_trainer.py:123] Global step 3: {}"), "Global step 3: {}");
         assert_eq!(msg("[2024-05-01 12:00:00] model.py:654 - step 3: {'a/b': 1}"), "step 3: {'a/b': 1}");
         let c = line("stdout: [2022-12-20 08:26:26,101] [INFO] [timer.py:197:stop] 0/17, SamplesPerSec=1.5");
@@ -805,6 +851,7 @@ mod tests {
         assert_eq!(c.host_cut.map(|at| &c.text[at..]), Some("{'loss': 2.0}"));
         assert_eq!(line("step:  4  loss: 2").host_cut, Some(6), "a candidate only: tried when nothing reads the whole");
         assert_eq!(line("1234: x").host_cut, None, "digits are srun's, not a host");
+        assert_eq!(line("torch.distributed.DistBackendError: [3] x").host_cut, None, "an exception's type");
         assert!(bar_start(" 50%|#####     | 5/10"), "`Iteration:  50%|` may be a bar's desc");
     }
 

@@ -246,7 +246,8 @@ pub struct Skipped {
 /// prefixes name.
 pub struct LogReader {
     choice: Choice,
-    failures: Vec<(Option<u32>, failures::Failures)>,
+    /// Keyed by the (rank, local rank) a line's prefixes named.
+    failures: Vec<((Option<u32>, Option<u32>), failures::Failures)>,
     comms: deepspeed::CommsTable,
     rank_times: megatron::RankTimes,
     /// verl's pprinted `Initial/Final validation metrics` over several lines.
@@ -425,7 +426,7 @@ impl LogReader {
     /// One cleaned message through the failure readers, the comms table and the adapters:
     /// `None` when none of them took it.
     fn read(&mut self, line: u64, text: &str, origin: &clean::Origin) -> Option<(Vec<Record>, Taker)> {
-        let failures = self.failures_of(origin.rank.or(origin.local_rank));
+        let failures = self.failures_of((origin.rank, origin.local_rank));
         if let Some(records) = failures.push(line, text) {
             return Some((records, Taker::Failures));
         }
@@ -477,7 +478,7 @@ impl LogReader {
     }
 
     /// The failure readers' state for the rank a line's prefix named (`None`: no prefix).
-    fn failures_of(&mut self, rank: Option<u32>) -> &mut failures::Failures {
+    fn failures_of(&mut self, rank: (Option<u32>, Option<u32>)) -> &mut failures::Failures {
         let at = match self.failures.iter().position(|(r, _)| *r == rank) {
             Some(at) => at,
             None if self.failures.len() < MAX_STREAM_RANKS => {
@@ -491,7 +492,15 @@ impl LogReader {
 
     /// The end of the stream: records still open (a failure block at the very end).
     pub fn finish(&mut self) -> Vec<Record> {
-        self.failures.iter_mut().flat_map(|(_, f)| f.finish()).collect()
+        let mut out = Vec::new();
+        for ((rank, local_rank), f) in &mut self.failures {
+            let origin = clean::Origin { rank: *rank, local_rank: *local_rank, ..clean::Origin::default() };
+            for mut r in f.finish() {
+                label_origin(&mut r, &origin);
+                out.push(r);
+            }
+        }
+        out
     }
 }
 

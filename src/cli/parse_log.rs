@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 pub struct ParseLogArgs {
     /// A log file: a rank's output, a framework's log, torchrun's stdout.
     pub file: PathBuf,
-    /// `auto` (each line through every adapter), `none`, or one of: megatron, deepspeed, hf,
-    /// tqdm, verl, openrlhf, torchtitan, nanogpt, failures.
+    /// `auto` (each line through every adapter), `none`, or one of: megatron, nemo, deepspeed,
+    /// hf, lightning, tqdm, verl, openrlhf, slime, areal, primerl, torchtitan, nanogpt, llmc,
+    /// failures (docs/adapters.md).
     #[arg(long, default_value = "auto")]
     pub format: Choice,
     /// Say how line LINE_NO (1-based) was read: the wrappers taken off it, the message the
