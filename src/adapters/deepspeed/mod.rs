@@ -1,4 +1,6 @@
-//! DeepSpeed, every printing form since 0.3: `runtime/engine.py` `_report_progress`, `utils/timer.py`
+//! DeepSpeed, every printing form since 0.3: step, timer, throughput, pipeline and ZeRO memory lines.
+//!
+//! The code it follows: `runtime/engine.py` `_report_progress`, `utils/timer.py`
 //! (`SynchronizedWallClockTimer.log`, `ThroughputTimer.stop`), the pipeline engine's step line,
 //! `runtime/utils.py` `see_memory_usage`, and the comms logger (`comms.rs`).
 //!

@@ -1,4 +1,6 @@
-//! PyTorch c10d: `ProcessGroupNCCL`'s watchdog, heartbeat monitor, desync report and teardown
+//! PyTorch c10d's failures: the NCCL watchdog, heartbeat monitor, desync report, teardown, store and network errors.
+//!
+//! `ProcessGroupNCCL`'s watchdog, heartbeat monitor, desync report and teardown
 //! (`torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp`, `TraceUtils.h`), and the store and
 //! network failures of `TCPStore`/`socket.cpp`.
 //!

@@ -1,4 +1,6 @@
-//! CUDA failures and the GPU's own: PyTorch's caching allocator out-of-memory, `CUDA error: …`,
+//! CUDA failures and the GPU's own: out of memory, `CUDA error`, cuBLAS/cuDNN errors, device asserts, Xid lines.
+//!
+//! PyTorch's caching allocator out-of-memory, `CUDA error: …`,
 //! cuBLAS/cuDNN status errors, device-side asserts, and the kernel driver's `NVRM: Xid` lines.
 //!
 //! - Out of memory (`c10/cuda/CUDACachingAllocator.cpp`), `cuda_oom`, sizes in MiB:

@@ -1,4 +1,6 @@
-//! gloo's errors (pytorch/gloo, `gloo/common/logging.cc`, `gloo/common/error.h`,
+//! gloo's errors as PyTorch raises them: enforce failures, closed connections, timeouts.
+//!
+//! From pytorch/gloo, `gloo/common/logging.cc`, `gloo/common/error.h`,
 //! `gloo/transport/tcp/pair.cc`, `unbound_buffer.cc`) as PyTorch raises them.
 //!
 //! - `GLOO_ENFORCE`: `[enforce fail at ../third_party/gloo/gloo/transport/tcp/pair.cc:446]

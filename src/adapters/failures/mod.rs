@@ -1,4 +1,6 @@
-//! Failures any job prints, read as events with fields: PyTorch c10d (NCCL and gloo), NCCL
+//! Failures any job prints, read as events with fields: c10d, NCCL, CUDA, Xid, tracebacks, Slurm, torchrun.
+//!
+//! PyTorch c10d (NCCL and gloo), NCCL
 //! itself, CUDA, GPU Xid lines, Python tracebacks, Slurm, torchrun/elastic. One file per family:
 //!
 //! - `c10d.rs`: `ProcessGroupNCCL`'s watchdog, heartbeat monitor, desync report and teardown,

@@ -1,4 +1,6 @@
-//! Python tracebacks (CPython's `traceback.py` format, 3.6 to 3.14): `Traceback (most recent call
+//! Python tracebacks (CPython 3.6 to 3.14): the exception's type and message and the innermost frame of user code.
+//!
+//! `traceback.py`'s format: `Traceback (most recent call
 //! last):`, frames `  File "PATH", line N, in FUNC` with their code (and 3.11+'s `^^^^` marks),
 //! then the exception line `TYPE: MESSAGE`. Chained exceptions (`During handling of the above
 //! exception, another exception occurred:`, `The above exception was the direct cause of the
