@@ -257,8 +257,9 @@ pub struct LogReader {
     /// Hosts whose pdsh `host: ` a line was read through: their lines are read without it first,
     /// so a multi-line table behind pdsh is not closed by its own prefixed lines.
     pdsh_hosts: Vec<String>,
-    /// The previous line's candidate pdsh host, and whether a bar followed it.
-    last_host: Option<(String, bool)>,
+    /// The previous line's candidate pdsh host (hashed: no allocation a line), and whether a
+    /// bar followed it.
+    last_host: Option<(u64, bool)>,
     pub skipped: Skipped,
 }
 
@@ -330,11 +331,17 @@ impl LogReader {
     /// completes. Failures are read whatever the format (any framework's job can fail); a line
     /// over `MAX_LINE_BYTES` or of invalid UTF-8 is counted and skipped.
     pub fn push(&mut self, line: u64, raw: &[u8]) -> Vec<Record> {
-        self.explain(line, raw).map(|e| e.records).unwrap_or_default()
+        self.read_line(line, raw, false).map(|e| e.records).unwrap_or_default()
     }
 
     /// `push`, saying how: `None` for a line that gave nothing and was no one's.
     pub fn explain(&mut self, line: u64, raw: &[u8]) -> Option<Explanation> {
+        self.read_line(line, raw, true)
+    }
+
+    /// One line; `explain` keeps the message and the pdsh reading in the answer (copies the
+    /// hot path does without).
+    fn read_line(&mut self, line: u64, raw: &[u8], explain: bool) -> Option<Explanation> {
         let skip = |why| Explanation {
             skipped: Some(why),
             message: String::new(),
@@ -373,9 +380,10 @@ impl LogReader {
         match host {
             Some((cut, (_, h))) => {
                 let bar = clean::bar_start(&cleaned.text[cut..]);
-                match &self.last_host {
-                    Some((last, last_bar)) if last == h && !(bar && *last_bar) => self.remember_pdsh(h),
-                    _ => self.last_host = Some((h.to_string(), bar)),
+                let hash = word_hash(h);
+                match self.last_host {
+                    Some((last, last_bar)) if last == hash && !(bar && last_bar) => self.remember_pdsh(h),
+                    _ => self.last_host = Some((hash, bar)),
                 }
             }
             None => self.last_host = None,
@@ -392,15 +400,14 @@ impl LogReader {
                 merged.host = merged.host.or_else(|| Some(host.to_string()));
                 merged.rank = merged.rank.or(origin.rank);
                 merged.local_rank = merged.local_rank.or(origin.local_rank);
-                let mut wrappers = origin.taken.clone();
+                let mut wrappers = origin.taken;
                 wrappers.push(clean::Wrapper::Pdsh);
-                wrappers.append(&mut merged.taken);
-                merged.taken = wrappers;
+                merged.taken = wrappers.followed_by(&merged.taken);
                 taken = self.read(line, &inner.text, &merged);
                 if taken.is_some() {
                     self.remember_pdsh(host);
                     origin = merged;
-                    without_host = Some(inner.text.into_owned());
+                    without_host = explain.then(|| inner.text.into_owned());
                 }
             }
             if taken.is_none() && known {
@@ -414,7 +421,8 @@ impl LogReader {
         for r in &mut records {
             label_origin(r, &origin);
         }
-        Some(Explanation { skipped: None, message: cleaned.text.into_owned(), origin, without_host, taker, records })
+        let message = if explain { cleaned.text.into_owned() } else { String::new() };
+        Some(Explanation { skipped: None, message, origin, without_host, taker, records })
     }
 
     fn remember_pdsh(&mut self, host: &str) {
@@ -502,6 +510,11 @@ impl LogReader {
         }
         out
     }
+}
+
+/// FNV-1a of a short word: the previous line's pdsh candidate, compared without keeping it.
+fn word_hash(word: &str) -> u64 {
+    word.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
 }
 
 /// The rank, local rank and host a line's wrappers named, on each record it gave, unless the
