@@ -185,6 +185,14 @@ fn is_exception_name(word: &str) -> bool {
     ["Error", "Exception", "Interrupt", "Exit", "Warning"].iter().any(|s| last.ends_with(s))
 }
 
+/// Whether a `word: ` is worth reading as pdsh's host before the stream has shown it to be one:
+/// a host names a machine (`node7`, `worker-0`, `ip-10-0-0-1.ec2`), with a digit, a dash or a
+/// dot; `wandb: ` and `Epoch: ` are a program's words. Hosts without any are learned from the
+/// stream (the same word on two lines) instead.
+pub fn host_like(host: &str) -> bool {
+    host.bytes().any(|b| b.is_ascii_digit() || b == b'-' || b == b'.')
+}
+
 /// A tqdm bar after the `word: ` (`Iteration:  50%|`): the word is as likely the bar's desc as a
 /// pdsh host, so it is a host only once the stream knows it as one.
 pub fn bar_start(rest: &str) -> bool {

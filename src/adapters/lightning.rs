@@ -32,12 +32,14 @@ pub fn parse(line: u64, text: &str) -> Option<Record> {
     if first == '│' {
         return rich_row(line, t);
     }
-    if t.contains(" • ") {
+    // Each shape's rare byte first (memchr), its phrase only then.
+    let bytes = t.as_bytes();
+    if bytes.contains(&0xE2) && t.contains(" • ") {
         if let Some(r) = rich_bar(line, t) {
             return Some(r);
         }
     }
-    if t.contains(" [") {
+    if bytes.contains(&b'[') && t.contains(" [") {
         if let Some(r) = tqdm::parse(line, t) {
             if let Some(Label::Text(desc)) = r.label("desc") {
                 if is_lightning_desc(desc) {

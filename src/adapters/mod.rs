@@ -394,7 +394,7 @@ impl LogReader {
         if taken.is_none() {
             // pdsh's `host: `, tried after the whole line (a framework's `step: ` must win)
             // unless this host's lines were read that way before.
-            if let Some((cut, (_, host))) = host {
+            if let Some((cut, (_, host))) = host.filter(|(_, (_, h))| known || clean::host_like(h)) {
                 let inner = clean::line(&cleaned.text[cut..]);
                 let mut merged = inner.origin;
                 merged.host = merged.host.or_else(|| Some(host.to_string()));

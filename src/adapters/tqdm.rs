@@ -84,6 +84,9 @@ pub fn parse(line: u64, text: &str) -> Option<Record> {
 /// The `[elapsed<remaining, ...]` (or `[elapsed, ...]`) bracket: the offset of its ` [`, where its
 /// inside starts and its closing `]` (brackets inside the postfix nest).
 fn stats_bracket(text: &str) -> Option<(usize, usize, usize)> {
+    if !text.as_bytes().contains(&b'[') {
+        return None;
+    }
     let mut from = 0;
     while let Some(at) = text[from..].find(" [").map(|i| from + i) {
         let start = at + 2;
