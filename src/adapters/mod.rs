@@ -389,7 +389,7 @@ impl LogReader {
             None => self.last_host = None,
         }
         let known = host.is_some_and(|(_, (_, h))| self.pdsh_hosts.iter().any(|k| k == h));
-        let mut taken = if known { None } else { self.read(line, &cleaned.text, &origin) };
+        let mut taken = if known { None } else { self.read(line, &cleaned.text, cleaned.bytes, &origin) };
         let mut without_host = None;
         if taken.is_none() {
             // pdsh's `host: `, tried after the whole line (a framework's `step: ` must win)
@@ -403,7 +403,7 @@ impl LogReader {
                 let mut wrappers = origin.taken;
                 wrappers.push(clean::Wrapper::Pdsh);
                 merged.taken = wrappers.followed_by(&merged.taken);
-                taken = self.read(line, &inner.text, &merged);
+                taken = self.read(line, &inner.text, inner.bytes, &merged);
                 if taken.is_some() {
                     self.remember_pdsh(host);
                     origin = merged;
@@ -411,7 +411,7 @@ impl LogReader {
                 }
             }
             if taken.is_none() && known {
-                taken = self.read(line, &cleaned.text, &origin);
+                taken = self.read(line, &cleaned.text, cleaned.bytes, &origin);
             }
         }
         let (mut records, taker) = match taken {
@@ -433,7 +433,18 @@ impl LogReader {
 
     /// One cleaned message through the failure readers, the comms table and the adapters:
     /// `None` when none of them took it.
-    fn read(&mut self, line: u64, text: &str, origin: &clean::Origin) -> Option<(Vec<Record>, Taker)> {
+    fn read(
+        &mut self,
+        line: u64,
+        text: &str,
+        bytes: value::ByteSet,
+        origin: &clean::Origin,
+    ) -> Option<(Vec<Record>, Taker)> {
+        value::with_message_bytes(text, bytes, || self.read_known(line, text, origin))
+    }
+
+    /// `read`, with the message's bytes known to every reader's phrase search.
+    fn read_known(&mut self, line: u64, text: &str, origin: &clean::Origin) -> Option<(Vec<Record>, Taker)> {
         let failures = self.failures_of((origin.rank, origin.local_rank));
         if let Some(records) = failures.push(line, text) {
             return Some((records, Taker::Failures));
