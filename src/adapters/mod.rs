@@ -372,7 +372,8 @@ impl LogReader {
                 self.remember_pdsh(h);
             }
         }
-        let host = cleaned.host_cut.zip(clean::pdsh_host(&cleaned.text));
+        // The cleaner found the candidate already: `host: ` ends two bytes before the cut.
+        let host = cleaned.host_cut.map(|cut| (cut, (cut, &cleaned.text[..cut - 2])));
         // The same `host: ` on consecutive lines is pdsh's (a framework's own `key: ` lines
         // learned this way cost a second reading, never a wrong one: the whole line is read after).
         // `Iteration:  50%|` on two lines is a bar's desc as likely as a host: a host is learned
