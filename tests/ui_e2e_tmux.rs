@@ -46,7 +46,11 @@ fn cockpit_launches_a_run_by_keys_and_quitting_leaves_it_running() {
     tmux.key("q");
     tmux.wait_for("Home with the run", |s| s.contains("runs 1 of 1"));
     tmux.key("q");
-    tmux.wait_for("the cockpit's exit", |s| s.contains("COCKPIT-EXIT=0"));
+    let s = tmux.wait_for("the cockpit's exit", |s| s.contains("COCKPIT-EXIT=0"));
+    // Unless the run already ended, quitting says that it goes on and how to reach it.
+    let id = db.json(&["runs", "--json"])["runs"][0]["id"].as_str().expect("the launched run").to_string();
+    let live = db.json(&["show", &id, "--json"])["run"]["status"] == "running";
+    assert!(!live || s.contains(&format!("run {id} keeps training: `flightdeck attach {id}`")), "{s}");
     drop(tmux);
 
     // Quitting the cockpit did not stop the run: follow it to its end through the server.

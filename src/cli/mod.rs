@@ -123,6 +123,9 @@ pub enum Cmd {
 pub const EXIT_FAILURE: i32 = 1;
 pub const EXIT_BAD_INPUT: i32 = 2;
 pub const EXIT_STOPPED: i32 = 3;
+/// A headless follower left its run going: a second Ctrl-C (or SIGTERM) after the first asked
+/// for a stop, or its terminal went away (SIGHUP). 130 as a shell reports a Ctrl-C.
+pub const EXIT_DETACHED: i32 = 130;
 
 pub fn main() -> i32 {
     // Before anything is created or any thread starts: what this process writes is private.

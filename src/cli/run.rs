@@ -1,5 +1,5 @@
 //! `flightdeck run RECIPE`: validate, launch through the server, follow until the run ends.
-use super::{EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_STOPPED};
+use super::{EXIT_BAD_INPUT, EXIT_DETACHED, EXIT_FAILURE, EXIT_STOPPED};
 use crate::client::Client;
 use crate::paths::DbPaths;
 use crate::protocol::{Progress, Reply, Request};
@@ -96,9 +96,72 @@ pub async fn run(db: &DbPaths, args: RunArgs) -> anyhow::Result<i32> {
 /// appears (and again if it sharpens), then the final status; the exit code says how it ended
 /// (`exit_code`). A server that goes away (killed, crashed) is started again, as any client
 /// starts it, and the follower follows on from where the run is, saying so in one line.
-pub async fn follow(db: &DbPaths, mut client: Client, run: &crate::ids::RunId) -> anyhow::Result<i32> {
-    // Recovery's restarts hand the follower on to each child: the run followed changes.
-    let mut run = run.clone();
+///
+/// Interrupts, as torchrun's users expect them: the first Ctrl-C (or SIGTERM, as `timeout`
+/// sends) asks for a graceful stop of the run and says so, and the follower goes on until the
+/// run has stopped (exit code 3); a second detaches, leaving the run to finish stopping (130).
+/// A terminal that goes away (SIGHUP) detaches at once: the run goes on, as with the cockpit.
+pub async fn follow(db: &DbPaths, client: Client, run: &crate::ids::RunId) -> anyhow::Result<i32> {
+    // Recovery's restarts hand the follower on to each child: the run followed changes, and
+    // an interrupt stops the one followed now.
+    let (current_tx, current) = tokio::sync::watch::channel(run.clone());
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut sighup = signal(SignalKind::hangup())?;
+    let following = follow_run(db, client, run.clone(), current_tx);
+    tokio::pin!(following);
+    let mut stopping = false;
+    loop {
+        let by = tokio::select! {
+            code = &mut following => return code,
+            _ = sigint.recv() => "Ctrl-C",
+            _ = sigterm.recv() => "SIGTERM",
+            _ = sighup.recv() => {
+                // The terminal went away: the run goes on, as it does when the cockpit closes.
+                return Ok(EXIT_DETACHED);
+            }
+        };
+        let run = current.borrow().clone();
+        if stopping {
+            println!(
+                "run {run}: detached ({by} again); it goes on stopping without this terminal: \
+                 `flightdeck attach {run}` · `flightdeck kill {run}`"
+            );
+            return Ok(EXIT_DETACHED);
+        }
+        stopping = true;
+        match stop(db, &run).await {
+            Ok(()) => println!(
+                "run {run}: {by}: stopping the run gracefully (every rank saves a checkpoint at its next \
+                 step boundary, then exits; a command's program gets SIGTERM); {by} again detaches"
+            ),
+            Err(e) => {
+                println!("run {run}: {by}: could not ask for a stop ({e:#}); detached: `flightdeck stop {run}`");
+                return Ok(EXIT_DETACHED);
+            }
+        }
+    }
+}
+
+/// Asks the server for a graceful stop of `run`, on a connection of its own (the follower's is
+/// streaming).
+async fn stop(db: &DbPaths, run: &crate::ids::RunId) -> anyhow::Result<()> {
+    let mut client = Client::connect(db).await?;
+    match client.request(&Request::Stop { run: run.0.clone() }).await? {
+        Reply::Error { message } => anyhow::bail!("{message}"),
+        _ => Ok(()),
+    }
+}
+
+/// The follower's loop (`follow` adds the interrupts).
+async fn follow_run(
+    db: &DbPaths,
+    mut client: Client,
+    run: crate::ids::RunId,
+    current: tokio::sync::watch::Sender<crate::ids::RunId>,
+) -> anyhow::Result<i32> {
+    let mut run = run;
     let run = &mut run;
     // Verdicts already printed: each is said once when it appears, and again if it sharpens
     // (stacks single out the culprit of a collective every rank entered).
@@ -107,7 +170,7 @@ pub async fn follow(db: &DbPaths, mut client: Client, run: &crate::ids::RunId) -
     // every start is given up on.
     let mut tries = 0;
     loop {
-        let lost = match follow_once(&mut client, run, &mut said, &mut tries).await? {
+        let lost = match follow_once(&mut client, run, &mut said, &mut tries, &current).await? {
             Followed::Ended(code) => return Ok(code),
             Followed::Lost(e) => e,
         };
@@ -133,6 +196,7 @@ async fn follow_once(
     run: &mut crate::ids::RunId,
     said: &mut std::collections::BTreeSet<(&'static str, u64, String)>,
     tries: &mut u32,
+    current: &tokio::sync::watch::Sender<crate::ids::RunId>,
 ) -> anyhow::Result<Followed> {
     if let Err(e) = client.send(&Request::Follow { run: run.0.clone() }).await {
         return Ok(Followed::Lost(format!("{e:#}")));
@@ -164,6 +228,7 @@ async fn follow_once(
                     restart.attempt
                 );
                 *run = child;
+                current.send_replace(run.clone());
             }
             Reply::Error { message } => anyhow::bail!("{message}"),
             other => anyhow::bail!("unexpected reply while following: {other:?}"),

@@ -129,6 +129,18 @@ pub struct App {
 }
 
 impl App {
+    /// The live runs quitting leaves going (and says so): the run on screen, or from Home the
+    /// live runs its list shows (its status is the freshest there), newest first.
+    pub fn live_runs(&self) -> Vec<RunId> {
+        if self.screen == Screen::Run {
+            let live = self.run.model.as_ref().filter(|m| m.state.record.status.is_live());
+            return live.map(|m| m.state.record.id.clone()).into_iter().collect();
+        }
+        let mut live: Vec<&crate::record::RunRecord> = self.home.runs.iter().filter(|r| r.status.is_live()).collect();
+        live.sort_by(|a, b| b.id.0.cmp(&a.id.0));
+        live.into_iter().map(|r| r.id.clone()).collect()
+    }
+
     pub fn new(effects: Effects, keymap: Keymap, layouts: Vec<LayoutDef>, start: Start, area: Rect) -> App {
         let mut app = App {
             effects,

@@ -59,7 +59,7 @@ pub async fn run(db: &DbPaths, start: Start) -> anyhow::Result<i32> {
     let mut link = io::ServerLink::new(db.clone(), tx);
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sighup = signal(SignalKind::hangup())?;
-    let (mut term, _guard) = term::enter()?;
+    let (mut term, guard) = term::enter()?;
     let size = term.size()?;
     let area = ratatui::layout::Rect::new(0, 0, size.width, size.height);
     let mut app = App::new(Effects::live(), keymap, layouts, start, area);
@@ -117,6 +117,16 @@ pub async fn run(db: &DbPaths, start: Start) -> anyhow::Result<i32> {
     if let Some((path, stats)) = stats {
         std::fs::write(&path, format!("{}\n", stats.summary()))
             .map_err(|e| anyhow::anyhow!("writing {} ({}): {e}", path.display(), frame_stats::ENV))?;
+    }
+    // The terminal is the user's again: say what goes on without the cockpit.
+    drop(term);
+    drop(guard);
+    let live = app.live_runs();
+    for run in live.iter().take(3) {
+        println!("run {run} keeps training: `flightdeck attach {run}` · `flightdeck stop {run}`");
+    }
+    if live.len() > 3 {
+        println!("and {} more live runs: `flightdeck runs`", live.len() - 3);
     }
     Ok(0)
 }
