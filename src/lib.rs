@@ -14,7 +14,8 @@
 //! - `protocol` (the wire: frames, messages, the agent spec) and `store` (the sled history).
 //! - Leaves: `adapters` (framework log lines into metric records, pure), `record` (the records
 //!   wire and store share), `recipe`, `ids`, `paths`, `sync`, `mfu`, `detach`, `tensorboard`
-//!   (event files read in Rust), `torchfr` (PyTorch's flight-recorder dumps, parsed).
+//!   (event files read in Rust), `torchfr` (PyTorch's flight-recorder dumps, parsed), `tools`
+//!   (where this node's py-spy, eu-stack, NVML and NCCL are, from a plain shell too).
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 pub mod adapters;
 pub mod agent;
@@ -41,6 +42,7 @@ pub mod ssh;
 pub mod store;
 pub mod sync;
 pub mod tensorboard;
+pub mod tools;
 pub mod torchfr;
 pub mod ui;
 pub mod units;

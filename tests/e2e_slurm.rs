@@ -26,6 +26,7 @@ fn slurm_run(dir: &std::path::Path, name: &str, steps: u64, sets: &[&str]) -> Ve
         "cluster.nodes=2".into(),
         "cluster.ranks_per_node=1".into(),
         format!("cluster.remote_dir={}", dir.join("nodes").display()),
+        THREADS.into(),
     ];
     for set in slurm.into_iter().chain(sets.iter().map(|s| s.to_string())) {
         args.extend(["--set".to_string(), set]);
@@ -37,8 +38,7 @@ fn slurm_run(dir: &std::path::Path, name: &str, steps: u64, sets: &[&str]) -> Ve
 fn run_local(db: &Db, name: &str, steps: u64) {
     let steps = format!("train.steps={steps}");
     let local = db
-        .cmd(&["run", &tiny_gpt(), "--headless", "--name", name, "--set", &steps])
-        .env(THREADS.0, THREADS.1)
+        .cmd(&["run", &tiny_gpt(), "--headless", "--name", name, "--set", &steps, "--set", THREADS])
         .output()
         .expect("run");
     assert!(local.status.success(), "{}", String::from_utf8_lossy(&local.stderr));
@@ -77,13 +77,13 @@ fn spawn_until(
 const ENDLESS: u64 = 1_000_000;
 
 /// Every run of these tests: one intra-op thread per rank, as a local 2-rank run on 2 cores has
-/// (a Slurm node's one rank would take both cores, and sum its matmuls in another order).
-const THREADS: (&str, &str) = ("FLIGHTDECK_TORCH_THREADS", "1");
+/// (a Slurm node's one rank would take both cores, and sum its matmuls in another order): the
+/// recipe key that makes placements agree bit for bit (issue 47).
+const THREADS: &str = "train.threads=1";
 
 fn cmd(db: &Db, c: &Cluster, args: &[String]) -> std::process::Command {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut cmd = db.cmd(&args);
-    cmd.env(THREADS.0, THREADS.1);
     for (k, v) in c.env() {
         cmd.env(k, v);
     }
@@ -239,10 +239,19 @@ fn the_time_limit_warning_stops_with_a_checkpoint_and_recovery_finishes_bit_exac
     assert_nothing_left(&c);
 
     // The same recipe uninterrupted, on 2 local ranks, up to the lineage's last step.
-    let args: Vec<String> =
-        ["run", &tiny_gpt(), "--headless", "--name", "straight", "--set", &format!("train.steps={ENDLESS}")]
-            .map(String::from)
-            .into();
+    let args: Vec<String> = [
+        "run",
+        &tiny_gpt(),
+        "--headless",
+        "--name",
+        "straight",
+        "--set",
+        &format!("train.steps={ENDLESS}"),
+        "--set",
+        THREADS,
+    ]
+    .map(String::from)
+    .into();
     let (mut straight, lines) = spawn_until_step(&db, &c, &args, last);
     common::ok(&db.run(&["stop", "straight"]));
     let _rest: Vec<String> = lines.map_while(Result::ok).collect();

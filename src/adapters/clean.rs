@@ -24,7 +24,42 @@ pub struct Origin {
     /// The host a prefix named (Ray's `ip=`, a syslog line's host, pdsh's `host: `).
     pub host: Option<String>,
     /// Which wrappers were taken off, outermost first (for `parse-log --explain`).
-    pub taken: Vec<Wrapper>,
+    pub taken: Taken,
+}
+
+/// The wrappers taken off one line, in order: a fixed array, so the hot path allocates nothing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Taken {
+    items: [Option<Wrapper>; MAX_WRAPPERS + 3],
+    len: usize,
+}
+
+impl Taken {
+    /// Keeps `w`; past the array's room (more wrappers than anyone nests) it is dropped.
+    pub fn push(&mut self, w: Wrapper) {
+        if let Some(slot) = self.items.get_mut(self.len) {
+            *slot = Some(w);
+            self.len += 1;
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = Wrapper> + '_ {
+        self.items[..self.len].iter().flatten().copied()
+    }
+
+    pub fn contains(&self, w: &Wrapper) -> bool {
+        self.iter().any(|x| x == *w)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// `self`, then `then`'s.
+    pub fn followed_by(mut self, then: &Taken) -> Taken {
+        then.iter().for_each(|w| self.push(w));
+        self
+    }
 }
 
 /// The kinds of wrapper taken off a line.
@@ -76,7 +111,7 @@ const MAX_WRAPPERS: usize = 12;
 
 pub fn line(text: &str) -> Cleaned<'_> {
     // rsyslog writes control characters as `#NNN` octal: `#015` a `\r`, `#033` an escape.
-    if let Some(plain) = if text.contains("#0") { syslog_controls(text) } else { None } {
+    if let Some(plain) = if text.as_bytes().contains(&b'#') { syslog_controls(text) } else { None } {
         let c = plain_line(&plain);
         return Cleaned { text: Cow::Owned(c.text.into_owned()), origin: c.origin, host_cut: c.host_cut };
     }
@@ -127,15 +162,27 @@ fn ray_repeats(text: &str) -> &str {
 
 /// pdsh's `host: ` at the start of a message: the cut after it and the host.
 pub fn pdsh_host(text: &str) -> Option<(usize, &str)> {
-    let colon = text.find(": ")?;
+    // Only as far as a host's characters go: most lines stop at their first space.
+    let colon =
+        text.bytes().take(65).take_while(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_')).count();
+    if !text[colon..].starts_with(": ") {
+        return None;
+    }
     let host = &text[..colon];
     let plausible = !host.is_empty()
         && host.len() <= 64
-        && host.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'))
         && host.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
         && !host.bytes().all(|b| b.is_ascii_digit())
-        && !matches!(host, "stdout" | "stderr");
+        && !matches!(host, "stdout" | "stderr")
+        && !is_exception_name(host);
     plausible.then_some((colon + 2, host))
+}
+
+/// `RuntimeError`, `torch.distributed.DistBackendError`, `UserWarning`: a Python exception's
+/// or warning's type before its message, never a host.
+fn is_exception_name(word: &str) -> bool {
+    let last = word.rsplit('.').next().unwrap_or(word);
+    ["Error", "Exception", "Interrupt", "Exit", "Warning"].iter().any(|s| last.ends_with(s))
 }
 
 /// A tqdm bar after the `word: ` (`Iteration:  50%|`): the word is as likely the bar's desc as a
@@ -196,12 +243,17 @@ fn wrapper(s: &str, origin: &mut Origin) -> Option<(usize, Wrapper)> {
             .or_else(|| logger_bracketed(t))
             .or_else(|| dmesg(t)),
         b'(' => ray(t, origin),
-        b'0'..=b'9' => timestamp_led(t, origin).or_else(|| srun(t, origin)).or_else(|| glog(t)),
-        b'A'..=b'Z' => level_colon(t)
-            .or_else(|| level_led(t))
-            .or_else(|| glog(t))
-            .or_else(|| syslog(t, origin))
-            .or_else(|| srun_het(t, origin)),
+        b'0'..=b'9' => kmsg(t).or_else(|| timestamp_led(t, origin)).or_else(|| srun(t, origin)).or_else(|| glog(t)),
+        b'A'..=b'Z' => {
+            // A level word first (`INFO:root:`, `INFO 05-01 ...`), glog's `I0501 `, a month, `P0 `:
+            // each is told by its first few bytes, so a sentence costs no scan.
+            let word = t.as_bytes().iter().take(9).take_while(|b| b.is_ascii_alphanumeric()).count();
+            if is_level(&t[..word]) {
+                level_colon(t).or_else(|| level_led(t))
+            } else {
+                glog(t).or_else(|| syslog(t, origin)).or_else(|| srun_het(t, origin))
+            }
+        }
         // A pipe's name before its lines (`stdout: `, as some schedulers and notebooks print).
         b's' => ["stdout:", "stderr:"].iter().find(|p| t.starts_with(**p)).map(|p| (p.len(), Wrapper::Stream)),
         _ => None,
@@ -217,7 +269,11 @@ fn wrapper(s: &str, origin: &mut Origin) -> Option<(usize, Wrapper)> {
 /// torchrun's `[rank3]:` (PyTorch 2.x, `--local-ranks-filter`, exception lines) and
 /// `[default3]:` (`--tee`: role name and local rank).
 fn torchrun(t: &str, origin: &mut Origin) -> Option<(usize, Wrapper)> {
-    let end = t.find("]:")?;
+    // `[` + a role name and up to 7 digits + `]:`: within the first 40 bytes.
+    let end = t.as_bytes().iter().take(40).position(|b| *b == b']')?;
+    if !t[end..].starts_with("]:") {
+        return None;
+    }
     let inner = &t[1..end];
     let digits = inner.len() - inner.trim_end_matches(|c: char| c.is_ascii_digit()).len();
     let (role, n) = inner.split_at(inner.len() - digits);
@@ -282,7 +338,9 @@ fn mpirun(t: &str, origin: &mut Origin) -> Option<(usize, Wrapper)> {
 /// Ray's worker prefixes: `(TaskRunner pid=4242)`, `(WorkerDict pid=9, ip=10.0.0.1)`,
 /// `(pid=9)`, `(RayTrainWorker pid=9, ip=10.0.0.1)`, `(raylet)`, `(autoscaler +1m2s)`.
 fn ray(t: &str, origin: &mut Origin) -> Option<(usize, Wrapper)> {
-    let end = t.find(") ").or_else(|| t.ends_with(')').then(|| t.len() - 1))?;
+    // Within the first 256 bytes (a byte search: that bound may fall inside a character).
+    let head = &t.as_bytes()[..t.len().min(256)];
+    let end = head.windows(2).position(|w| w == b") ").or_else(|| t.ends_with(')').then(|| t.len() - 1))?;
     let inner = &t[1..end];
     let known = inner.starts_with("pid=")
         || inner.contains(" pid=")
@@ -468,6 +526,16 @@ fn logger_bracketed(t: &str) -> Option<(usize, Wrapper)> {
             len += 2 + close + 1;
             rest = &r[close + 1..];
         }
+        // torch elastic 2.1-2.3: `[2024-05-28 14:04:27,954] torch.distributed.elastic.multiprocessing.api: [WARNING] `.
+        if let Some(r) = rest.strip_prefix(' ') {
+            if let Some((name, after)) = r.split_once(": [") {
+                if let Some(close) = after.find("] ") {
+                    if is_logger_name(name) && name.contains('.') && is_level(&after[..close]) {
+                        return Some((len + 1 + name.len() + 3 + close + 1, Wrapper::Logger));
+                    }
+                }
+            }
+        }
         // slime's `[2024-05-01 12:00:00] model.py:654 - ` (`%(filename)s:%(lineno)d - `).
         if let Some(r) = rest.strip_prefix(' ') {
             if let Some(dash) = r.find(" - ") {
@@ -478,6 +546,20 @@ fn logger_bracketed(t: &str) -> Option<(usize, Wrapper)> {
             }
         }
         return Some((len, Wrapper::Logger));
+    }
+    // torch elastic 1.9: `[INFO] 2021-12-08 12:28:26,050 run: `.
+    if is_level(inner) {
+        if let Some(stamp) = after.strip_prefix(' ').and_then(datetime) {
+            let rest = &after[1 + stamp..];
+            if let Some(r) = rest.strip_prefix(' ') {
+                if let Some(colon) = r.find(": ") {
+                    if is_logger_name(&r[..colon]) {
+                        return Some((end + 2 + stamp + 1 + colon + 1, Wrapper::Logger));
+                    }
+                }
+            }
+        }
+        return None;
     }
     // `[NeMo I 2024-05-01 12:00:00 nemo_logging:349]`.
     if let Some(r) = inner.strip_prefix("NeMo ") {
@@ -518,6 +600,14 @@ fn logger_bracketed(t: &str) -> Option<(usize, Wrapper)> {
     None
 }
 
+/// /dev/kmsg's `6,1234,5678901,-;` (priority, sequence, microseconds, flags).
+fn kmsg(t: &str) -> Option<(usize, Wrapper)> {
+    let semi = t.find(';')?;
+    let fields: Vec<&str> = t[..semi].split(',').collect();
+    let ok = fields.len() >= 4 && fields[..3].iter().all(|f| all_digits(f)) && fields[3] == "-";
+    ok.then_some((semi + 1, Wrapper::Timestamp))
+}
+
 /// glog's (and absl's) `I0501 12:00:00.123456  1234 file.cc:12] `.
 fn glog(t: &str) -> Option<(usize, Wrapper)> {
     let b = t.as_bytes();
@@ -537,17 +627,18 @@ fn dmesg(t: &str) -> Option<(usize, Wrapper)> {
     let end = t.find("] ")?;
     let inner = t[1..end].trim();
     let uptime = inner.split_once('.').is_some_and(|(s, f)| all_digits(s) && all_digits(f));
-    let human = inner.len() == 24 && inner.as_bytes()[3] == b' ' && time_at(&inner[11..]).is_some();
+    let human = inner.len() == 24 && inner.as_bytes()[3] == b' ' && inner.get(11..).and_then(time_at).is_some();
     (uptime || human).then_some((end + 1, Wrapper::Timestamp))
 }
 
 /// syslog's `May  1 12:00:00 host proc[123]: ` (and `host kernel: `).
 fn syslog(t: &str, origin: &mut Origin) -> Option<(usize, Wrapper)> {
     const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
-    if t.len() < 16 || !MONTHS.contains(&&t[..3]) || t.as_bytes()[3] != b' ' {
+    let month = t.get(..3)?;
+    if t.len() < 16 || !MONTHS.contains(&month) || t.as_bytes()[3] != b' ' {
         return None;
     }
-    let day = t[4..6].trim_start();
+    let day = t.get(4..6)?.trim_start();
     if !all_digits(day) || t.as_bytes()[6] != b' ' {
         return None;
     }
@@ -642,7 +733,8 @@ fn all_digits(s: &str) -> bool {
 /// An escape character, or a colour code whose escape was lost (a log pasted from a terminal
 /// keeps `[32m`).
 fn has_escape(text: &str) -> bool {
-    text.contains('\x1b') || text.contains("m") && text.contains('[') && bare_sgr_at(text).is_some()
+    let b = text.as_bytes();
+    b.contains(&0x1b) || b.contains(&b'[') && bare_sgr_at(text).is_some()
 }
 
 /// The first `[31m` / `[38;2;180;60;0m` / `[0m` in `text` (an SGR code without its escape).
@@ -774,6 +866,12 @@ mod tests {
             "Step 3 | Loss: 1"
         );
         assert_eq!(msg("INFO:root:step 1"), "step 1");
+        assert_eq!(
+            msg("[2024-05-28 14:04:27,954] torch.distributed.elastic.multiprocessing.api: [WARNING] Sending process 1 closing signal SIGTERM"),
+            "Sending process 1 closing signal SIGTERM"
+        );
+        assert_eq!(msg("[INFO] 2021-12-08 12:28:26,050 run: Using nproc_per_node=2."), "Using nproc_per_node=2.");
+        assert_eq!(msg("6,1234,5678901,-;NVRM: Xid (PCI:0000:3b:00): 79"), "NVRM: Xid (PCI:0000:3b:00): 79");
         assert_eq!(msg("INFO 05-01 12:00:00 ppo_trainer.py:123] Global step 3: {}"), "Global step 3: {}");
         assert_eq!(msg("[2024-05-01 12:00:00] model.py:654 - step 3: {'a/b': 1}"), "step 3: {'a/b': 1}");
         let c = line("stdout: [2022-12-20 08:26:26,101] [INFO] [timer.py:197:stop] 0/17, SamplesPerSec=1.5");
@@ -805,6 +903,7 @@ mod tests {
         assert_eq!(c.host_cut.map(|at| &c.text[at..]), Some("{'loss': 2.0}"));
         assert_eq!(line("step:  4  loss: 2").host_cut, Some(6), "a candidate only: tried when nothing reads the whole");
         assert_eq!(line("1234: x").host_cut, None, "digits are srun's, not a host");
+        assert_eq!(line("torch.distributed.DistBackendError: [3] x").host_cut, None, "an exception's type");
         assert!(bar_start(" 50%|#####     | 5/10"), "`Iteration:  50%|` may be a bar's desc");
     }
 

@@ -73,6 +73,31 @@ fn strip_rank_prefix(line: &str) -> &str {
 }
 
 fn is_error_line(line: &str) -> bool {
+    is_alloc_or_exception(line) || is_failure(line)
+}
+
+/// A line the failure readers take for a failure (an `NCCL WARN`, srun's task exit, an Xid, a
+/// device assert, a watchdog timeout…), not one of the lines that follow it as the process is
+/// taken down (`closing signal`, `To avoid data inconsistency…`).
+fn is_failure(line: &str) -> bool {
+    const AFTERMATH: [&str; 7] = [
+        "closing_signal",
+        "death_signal",
+        "process_teardown",
+        "nccl_ops_failed",
+        "dump_signal",
+        "slurm_step_aborted",
+        "cpp_exception",
+    ];
+    match super::failures::classify(0, line) {
+        Some(super::failures::Read::Record(r)) if r.kind == super::RecordKind::Event => {
+            !matches!(r.label("event"), Some(super::Label::Text(e)) if AFTERMATH.contains(&e.as_str()))
+        }
+        _ => false,
+    }
+}
+
+fn is_alloc_or_exception(line: &str) -> bool {
     line.contains("memory allocation of ") && line.ends_with(" failed")
         || line.contains("CUDA out of memory")
         || line.contains("not enough memory: you tried to allocate")
@@ -146,6 +171,21 @@ mod tests {
             "[rankx]: ValueErrorish thing",
         ];
         assert_eq!(last(&noise), None);
+    }
+
+    #[test]
+    fn failure_lines_of_nccl_slurm_and_the_gpu_are_taken_and_their_aftermath_is_not() {
+        let warn = "node1:2840:2901 [0] misc/ibvwrap.cc:252 NCCL WARN Call to ibv_create_qp failed";
+        assert_eq!(last(&[warn, "node1:2840:2901 [0] NCCL INFO Channel 00/02 :    0   1"]).as_deref(), Some(warn));
+        let srun = "srun: error: node01: task 3: Exited with exit code 1";
+        assert_eq!(last(&[srun, "Sending process 4244 closing signal SIGTERM"]).as_deref(), Some(srun));
+        let timeout = "[E ProcessGroupNCCL.cpp:464] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, Timeout(ms)=10000) ran for 10917 milliseconds before timing out.";
+        let after = [
+            "[E ProcessGroupNCCL.cpp:478] Some NCCL operations have failed or timed out.",
+            "To avoid data inconsistency, we are taking the entire process down.",
+        ];
+        assert_eq!(last(&[timeout, after[0], after[1]]).as_deref(), Some(timeout));
+        assert_eq!(last(&["NCCL version 2.18.1+cuda12.1", "export NCCL_DEBUG=INFO"]), None);
     }
 
     #[test]

@@ -216,6 +216,9 @@ fn value_extent(s: &str) -> usize {
 /// One line of `log_metrics`' block: `  train_loss               =     1.2345` (the examples'
 /// older `  eval_loss = 0.38` too).
 fn metrics_line(line: u64, text: &str) -> Option<Record> {
+    if !text.as_bytes().contains(&b'=') {
+        return None;
+    }
     let (key, value) = text.split_once(" = ").or_else(|| {
         // Padded: `key      =    value`.
         let eq = text.find('=')?;

@@ -1,4 +1,6 @@
-//! llm.c (karpathy/llm.c): `train_gpt2.c`, `train_gpt2.cu` / `train_gpt2_fp32.cu`, its PyTorch
+//! llm.c (karpathy/llm.c): the C and CUDA trainers' step lines, their PyTorch reference's and `main.log`'s.
+//!
+//! `train_gpt2.c`, `train_gpt2.cu` / `train_gpt2_fp32.cu`, its PyTorch
 //! reference `train_gpt2.py` / `train_llama3.py`, and the `main.log` its `llmc/logger.h` writes.
 //!
 //! The step line, by date (`%4d` pads the step):

@@ -49,6 +49,8 @@ pub enum RecordKind {
     Progress,
     TrainSummary,
     Event,
+    /// A fact that is not a failure (NCCL's version and init lines): `failures.rs` labels only.
+    Info,
 }
 
 /// String or integer context of a record (tqdm's desc/n/total, an event's name and rank).
@@ -244,7 +246,8 @@ pub struct Skipped {
 /// prefixes name.
 pub struct LogReader {
     choice: Choice,
-    failures: Vec<(Option<u32>, failures::Failures)>,
+    /// Keyed by the (rank, local rank) a line's prefixes named.
+    failures: Vec<((Option<u32>, Option<u32>), failures::Failures)>,
     comms: deepspeed::CommsTable,
     rank_times: megatron::RankTimes,
     /// verl's pprinted `Initial/Final validation metrics` over several lines.
@@ -254,8 +257,9 @@ pub struct LogReader {
     /// Hosts whose pdsh `host: ` a line was read through: their lines are read without it first,
     /// so a multi-line table behind pdsh is not closed by its own prefixed lines.
     pdsh_hosts: Vec<String>,
-    /// The previous line's candidate pdsh host, and whether a bar followed it.
-    last_host: Option<(String, bool)>,
+    /// The previous line's candidate pdsh host (hashed: no allocation a line), and whether a
+    /// bar followed it.
+    last_host: Option<(u64, bool)>,
     pub skipped: Skipped,
 }
 
@@ -327,11 +331,17 @@ impl LogReader {
     /// completes. Failures are read whatever the format (any framework's job can fail); a line
     /// over `MAX_LINE_BYTES` or of invalid UTF-8 is counted and skipped.
     pub fn push(&mut self, line: u64, raw: &[u8]) -> Vec<Record> {
-        self.explain(line, raw).map(|e| e.records).unwrap_or_default()
+        self.read_line(line, raw, false).map(|e| e.records).unwrap_or_default()
     }
 
     /// `push`, saying how: `None` for a line that gave nothing and was no one's.
     pub fn explain(&mut self, line: u64, raw: &[u8]) -> Option<Explanation> {
+        self.read_line(line, raw, true)
+    }
+
+    /// One line; `explain` keeps the message and the pdsh reading in the answer (copies the
+    /// hot path does without).
+    fn read_line(&mut self, line: u64, raw: &[u8], explain: bool) -> Option<Explanation> {
         let skip = |why| Explanation {
             skipped: Some(why),
             message: String::new(),
@@ -370,9 +380,10 @@ impl LogReader {
         match host {
             Some((cut, (_, h))) => {
                 let bar = clean::bar_start(&cleaned.text[cut..]);
-                match &self.last_host {
-                    Some((last, last_bar)) if last == h && !(bar && *last_bar) => self.remember_pdsh(h),
-                    _ => self.last_host = Some((h.to_string(), bar)),
+                let hash = word_hash(h);
+                match self.last_host {
+                    Some((last, last_bar)) if last == hash && !(bar && last_bar) => self.remember_pdsh(h),
+                    _ => self.last_host = Some((hash, bar)),
                 }
             }
             None => self.last_host = None,
@@ -389,15 +400,14 @@ impl LogReader {
                 merged.host = merged.host.or_else(|| Some(host.to_string()));
                 merged.rank = merged.rank.or(origin.rank);
                 merged.local_rank = merged.local_rank.or(origin.local_rank);
-                let mut wrappers = origin.taken.clone();
+                let mut wrappers = origin.taken;
                 wrappers.push(clean::Wrapper::Pdsh);
-                wrappers.append(&mut merged.taken);
-                merged.taken = wrappers;
+                merged.taken = wrappers.followed_by(&merged.taken);
                 taken = self.read(line, &inner.text, &merged);
                 if taken.is_some() {
                     self.remember_pdsh(host);
                     origin = merged;
-                    without_host = Some(inner.text.into_owned());
+                    without_host = explain.then(|| inner.text.into_owned());
                 }
             }
             if taken.is_none() && known {
@@ -411,7 +421,8 @@ impl LogReader {
         for r in &mut records {
             label_origin(r, &origin);
         }
-        Some(Explanation { skipped: None, message: cleaned.text.into_owned(), origin, without_host, taker, records })
+        let message = if explain { cleaned.text.into_owned() } else { String::new() };
+        Some(Explanation { skipped: None, message, origin, without_host, taker, records })
     }
 
     fn remember_pdsh(&mut self, host: &str) {
@@ -423,9 +434,24 @@ impl LogReader {
     /// One cleaned message through the failure readers, the comms table and the adapters:
     /// `None` when none of them took it.
     fn read(&mut self, line: u64, text: &str, origin: &clean::Origin) -> Option<(Vec<Record>, Taker)> {
-        if let Some(records) = self.failures_of(origin.rank.or(origin.local_rank)).push(line, text) {
+        let failures = self.failures_of((origin.rank, origin.local_rank));
+        if let Some(records) = failures.push(line, text) {
             return Some((records, Taker::Failures));
         }
+        // A traceback the line ended (its exception waited for a chained one) comes before it.
+        let ready = failures.take_ready();
+        match self.read_adapters(line, text) {
+            Some((mut records, taker)) => {
+                records.splice(0..0, ready);
+                Some((records, taker))
+            }
+            None if ready.is_empty() => None,
+            None => Some((ready, Taker::Failures)),
+        }
+    }
+
+    /// The comms table and the metric adapters.
+    fn read_adapters(&mut self, line: u64, text: &str) -> Option<(Vec<Record>, Taker)> {
         if matches!(self.choice, Choice::Auto | Choice::One(Format::Deepspeed)) {
             if let Some(records) = self.comms.push(line, text) {
                 return Some((records, Taker::CommsTable));
@@ -460,7 +486,7 @@ impl LogReader {
     }
 
     /// The failure readers' state for the rank a line's prefix named (`None`: no prefix).
-    fn failures_of(&mut self, rank: Option<u32>) -> &mut failures::Failures {
+    fn failures_of(&mut self, rank: (Option<u32>, Option<u32>)) -> &mut failures::Failures {
         let at = match self.failures.iter().position(|(r, _)| *r == rank) {
             Some(at) => at,
             None if self.failures.len() < MAX_STREAM_RANKS => {
@@ -474,8 +500,21 @@ impl LogReader {
 
     /// The end of the stream: records still open (a failure block at the very end).
     pub fn finish(&mut self) -> Vec<Record> {
-        self.failures.iter_mut().flat_map(|(_, f)| f.finish()).collect()
+        let mut out = Vec::new();
+        for ((rank, local_rank), f) in &mut self.failures {
+            let origin = clean::Origin { rank: *rank, local_rank: *local_rank, ..clean::Origin::default() };
+            for mut r in f.finish() {
+                label_origin(&mut r, &origin);
+                out.push(r);
+            }
+        }
+        out
     }
+}
+
+/// FNV-1a of a short word: the previous line's pdsh candidate, compared without keeping it.
+fn word_hash(word: &str) -> u64 {
+    word.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
 }
 
 /// The rank, local rank and host a line's wrappers named, on each record it gave, unless the

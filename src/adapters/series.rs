@@ -13,7 +13,7 @@ use std::borrow::Cow;
 pub fn series(record: &Record) -> Vec<(Cow<'static, str>, f64)> {
     let prefix = match record.kind {
         RecordKind::Step | RecordKind::Eval | RecordKind::Progress | RecordKind::TrainSummary => None,
-        RecordKind::Event => return Vec::new(),
+        RecordKind::Event | RecordKind::Info => return Vec::new(),
         RecordKind::Validation => Some("validation"),
         RecordKind::Memory => Some("memory"),
         RecordKind::Timers => Some("timers"),

@@ -198,6 +198,18 @@ proptest::proptest! {
     }
 
     #[test]
+    fn any_text_behind_any_wrapper_never_panics(
+        wrapper in proptest::sample::select(WRAPPERS.iter().map(|w| w.1).collect::<Vec<_>>()),
+        text in "\\PC{0,400}",
+    ) {
+        let mut reader = LogReader::new(Choice::Auto);
+        let _ = reader.push(1, format!("{wrapper}{text}").as_bytes());
+        let _ = reader.push(2, format!("{wrapper}{text}\r{text}").as_bytes());
+        let _ = reader.explain(3, text.as_bytes());
+        let _ = reader.finish();
+    }
+
+    #[test]
     fn framework_shaped_garbage_never_panics(
         head in proptest::sample::select(vec!["{'loss': ", "step:", "iter ", " [t] iteration ", "comm op: ", "step=", "  rank      : ", " 5%|", "WorkNCCL(", "CUDA out of memory. Tried to allocate "]),
         tail in "[ -~]{0,200}",

@@ -243,5 +243,20 @@ pub fn versions(nvml: &Nvml) -> (String, String, Option<i32>) {
 
 /// Why NVML is unavailable, worded for the once-only notice.
 pub fn unavailable(e: &NvmlError) -> String {
-    format!("no NVML ({e}; searched libnvidia-ml.so.1 on the loader path): CPU-only sampling")
+    let also: Vec<String> = crate::tools::NVML_PLACES.iter().map(|p| p.to_string()).collect();
+    format!("no NVML ({e}; searched libnvidia-ml.so.1 on the loader path, then {}): CPU-only sampling", also.join(", "))
+}
+
+/// NVML from the loader's path (`libnvidia-ml.so.1` by name), else from where drivers and
+/// container runtimes put it off that path (`tools::nvml_candidates`). The loader's error if
+/// neither loads.
+pub fn open() -> Result<Nvml, NvmlError> {
+    let by_name = Nvml::init();
+    if by_name.is_ok() {
+        return by_name;
+    }
+    crate::tools::nvml_candidates()
+        .into_iter()
+        .find_map(|p| Nvml::builder().lib_path(p.as_os_str()).init().ok())
+        .map_or(by_name, Ok)
 }

@@ -79,6 +79,36 @@ pub async fn spawn(
     Ok(pid)
 }
 
+/// A directory holding `libnccl.so` → PyTorch's `libnccl.so.2`, for a GPU rank on a node where
+/// NCCL loads by no name cudarc tries (PyTorch's wheel ships only `libnccl.so.2`): the rank gets
+/// it first on its LD_LIBRARY_PATH, so a plain shell needs no link made by hand. None when NCCL
+/// already loads by name, or no PyTorch NCCL is found (the rank then says what it searched).
+fn nccl_link_dir(paths: &RunDirPaths) -> Option<std::path::PathBuf> {
+    let loads = |name: &str| {
+        let Ok(name) = std::ffi::CString::new(name) else { return false };
+        // SAFETY: dlopen with a valid C string, closed at once; NCCL's initialisers only set up
+        // its own state.
+        unsafe {
+            let h = libc::dlopen(name.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL);
+            if !h.is_null() {
+                libc::dlclose(h);
+            }
+            !h.is_null()
+        }
+    };
+    if loads("libnccl.so") {
+        return None;
+    }
+    let nccl = crate::tools::pytorch_nccl(&[])?;
+    let dir = paths.root.join("lib");
+    std::fs::create_dir_all(&dir).ok()?;
+    let link = dir.join("libnccl.so");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&nccl.path, &link).ok()?;
+    tracing::info!("GPU ranks load NCCL through {} -> {} ({})", link.display(), nccl.path.display(), nccl.how);
+    Some(dir)
+}
+
 /// What a rank's (or a node's torchrun's) process gets besides the ranks' own torchrun
 /// variables: Flightdeck's variables, the working directory, piped output, a process group of
 /// its own, a death signal tied to the agent, and for a command what makes PyTorch observable,
@@ -126,6 +156,15 @@ pub(super) fn prepare(cmd: &mut tokio::process::Command, spec: &AgentSpec, paths
         // The run's secret, for the store's and the ring's handshakes; a user's program has no
         // use for it, so it is not told where it is.
         cmd.env(crate::collective::auth::SECRET_FILE_ENV, paths.secret());
+        if spec.recipe.cluster.device == crate::recipe::Device::Cuda {
+            if let Some(dir) = nccl_link_dir(paths) {
+                let path = match std::env::var_os("LD_LIBRARY_PATH").filter(|p| !p.is_empty()) {
+                    Some(old) => format!("{}:{}", dir.display(), old.to_string_lossy()),
+                    None => dir.display().to_string(),
+                };
+                cmd.env("LD_LIBRARY_PATH", path);
+            }
+        }
     }
     if let Some(dir) = &spec.resume_from {
         // A resumed run: every rank restores this checkpoint before its first step.

@@ -19,7 +19,7 @@ pub const MIN_INTERVAL_MS: u64 = 250;
 pub fn spawn(pids: Arc<Mutex<Vec<(Rank, u32)>>>, tx: mpsc::Sender<Input>, interval_ms: u64) {
     let interval = Duration::from_millis(interval_ms.max(MIN_INTERVAL_MS));
     std::thread::spawn(move || {
-        let nvml = match nvml_wrapper::Nvml::init() {
+        let nvml = match crate::agent::nvml::open() {
             Ok(n) => Some(n),
             Err(e) => {
                 let text = super::nvml::unavailable(&e);

@@ -11,14 +11,12 @@ use std::time::{Duration, Instant};
 /// A dump that takes longer is abandoned (the tool is killed, which detaches it).
 const DUMP_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The tools found on this node's PATH, in order of preference for native ranks.
-pub fn native_tools() -> Vec<StackTool> {
-    [StackTool::EuStack, StackTool::Gdb].into_iter().filter(|t| on_path(t.name())).collect()
-}
-
-fn on_path(program: &str) -> bool {
-    let Some(path) = std::env::var_os("PATH") else { return false };
-    std::env::split_paths(&path).any(|dir| dir.join(program).is_file())
+/// The native tools this node has, in order of preference, with where each was found.
+pub fn native_tools() -> Vec<(StackTool, crate::tools::Found)> {
+    [StackTool::EuStack, StackTool::Gdb]
+        .into_iter()
+        .filter_map(|t| crate::tools::program(t.name()).map(|f| (t, f)))
+        .collect()
 }
 
 /// A rank whose executable is a Python interpreter gets py-spy (its Python stack is what helps).
@@ -29,14 +27,18 @@ fn is_python(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
-/// Which tool would dump `pid`, or why none can.
-pub fn choose(pid: u32) -> Result<StackTool, String> {
-    if is_python(pid) && on_path(StackTool::PySpy.name()) {
-        return Ok(StackTool::PySpy);
+/// Which tool would dump `pid` and where it is, or why none can. py-spy is looked for on PATH,
+/// in the rank's own Python environment, in the Flightdeck cache and beside this binary, so a
+/// plain shell finds what `make` installed.
+pub fn choose(pid: u32) -> Result<(StackTool, crate::tools::Found), String> {
+    if is_python(pid) {
+        if let Some(found) = crate::tools::program_for_python(StackTool::PySpy.name(), pid) {
+            return Ok((StackTool::PySpy, found));
+        }
     }
     native_tools().into_iter().next().ok_or_else(|| {
         "no stack tool on this node: install elfutils (eu-stack) or gdb (scripts/install-deps.sh does), \
-         and py-spy for Python ranks"
+         and py-spy for Python ranks (make installs it into the Flightdeck cache)"
             .to_string()
     })
 }
@@ -45,7 +47,7 @@ pub fn choose(pid: u32) -> Result<StackTool, String> {
 pub async fn dump(rank: u32, host: &str, pid: u32, native: bool) -> RankStacks {
     let mut out =
         RankStacks { rank, host: host.to_string(), pid, tool: None, elapsed_ms: 0, threads: Vec::new(), error: None };
-    let tool = match choose(pid) {
+    let (tool, found) = match choose(pid) {
         Ok(t) => t,
         Err(e) => {
             out.error = Some(e);
@@ -73,7 +75,7 @@ pub async fn dump(rank: u32, host: &str, pid: u32, native: bool) -> RankStacks {
         StackTool::PySpy => vec!["dump", "--pid", &p],
     };
     let started = Instant::now();
-    let child = tokio::process::Command::new(tool.name())
+    let child = tokio::process::Command::new(&found.path)
         .args(&args)
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true)

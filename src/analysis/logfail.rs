@@ -12,8 +12,18 @@ use crate::adapters::{Label, Record};
 use crate::protocol::{Culprit, Verdict, VerdictKind};
 use std::collections::BTreeMap;
 
-/// Events that are no failure of a rank: a NaN loss has its own handling (`recovery.on_nan`).
-const NOT_FAILURES: [&str; 1] = ["nan_loss"];
+/// Events that are no failure of a rank by themselves: a NaN loss has its own handling
+/// (`recovery.on_nan`); the others are the aftermath of a failure elsewhere (a launcher closing
+/// its other children, a watchdog taking its process down, a dump asked for, srun waiting).
+const NOT_FAILURES: [&str; 7] = [
+    "nan_loss",
+    "closing_signal",
+    "death_signal",
+    "process_teardown",
+    "nccl_ops_failed",
+    "dump_signal",
+    "slurm_step_aborted",
+];
 
 /// What one rank's log said first.
 #[derive(Clone, Debug)]
@@ -72,7 +82,9 @@ impl LogFailures {
 
     fn judge(&self, ranks: &BTreeMap<u32, RankState>, since: u64, now_ms: u64, hang: Option<&Verdict>) -> Verdict {
         let mut order: Vec<(&u32, &Seen)> = self.first.iter().collect();
-        order.sort_by_key(|(rank, s)| (s.at_ms, s.order, **rank));
+        // torchrun's report marks its root cause (the first observed failure): it goes first.
+        let root = |s: &Seen| int(&s.record, "root_cause") != Some(1);
+        order.sort_by_key(|(rank, s)| (root(s), s.at_ms, s.order, **rank));
         let unfinished = never_finished(&order);
         if let Some((rank, _)) = &unfinished {
             // The rank that never finished the work the others timed out in goes first.

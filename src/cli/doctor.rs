@@ -157,17 +157,26 @@ pub(super) fn on_path(tool: &str) -> bool {
     std::env::var_os("PATH").map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file())).unwrap_or(false)
 }
 
+/// The tool each kind of rank gets, found as the agent finds it (PATH, the cache, beside the
+/// binary, the build's environment), and where.
 fn stack_tools() -> Check {
-    let found: Vec<&str> = ["gdb", "eu-stack", "py-spy"].into_iter().filter(|t| on_path(t)).collect();
-    if found.is_empty() {
-        Check {
-            name: "stacks",
-            level: Level::Warn,
-            detail: "none of gdb, eu-stack, py-spy installed: no stack dumps".into(),
-        }
-    } else {
-        Check { name: "stacks", level: Level::Ok, detail: found.join(", ") }
-    }
+    let say = |f: &crate::tools::Found| format!("{} ({})", f.path.display(), f.how);
+    let native = crate::agent::stacks::native_tools().into_iter().next();
+    let python = crate::tools::program("py-spy");
+    let native_text = match &native {
+        Some((tool, f)) => format!("native ranks get {} at {}", tool.name(), say(f)),
+        None => "native ranks get none (install elfutils or gdb: scripts/install-deps.sh)".into(),
+    };
+    let python_text = match (&python, &native) {
+        (Some(f), _) => format!("Python ranks get py-spy at {} (or the one in their own environment)", say(f)),
+        (None, Some((tool, _))) => format!(
+            "Python ranks get py-spy only from their own environment, else {} (native frames, no Python frames: `make` installs py-spy)",
+            tool.name()
+        ),
+        (None, None) => "Python ranks get py-spy only from their own environment".into(),
+    };
+    let level = if native.is_none() && python.is_none() { Level::Warn } else { Level::Ok };
+    Check { name: "stacks", level, detail: format!("{python_text}; {native_text}") }
 }
 
 fn ssh() -> Check {
@@ -179,7 +188,7 @@ fn ssh() -> Check {
 }
 
 fn gpus() -> Check {
-    let Ok(n) = nvml_wrapper::Nvml::init() else {
+    let Ok(n) = crate::agent::nvml::open() else {
         return Check { name: "gpus", level: Level::Warn, detail: "no NVML: no GPUs visible (CPU ranks only)".into() };
     };
     let count = n.device_count().unwrap_or(0);

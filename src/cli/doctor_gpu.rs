@@ -69,7 +69,7 @@ fn torch_cuda() -> Line {
 }
 
 fn nvml_lines() -> Vec<Line> {
-    let n = match nvml_wrapper::Nvml::init() {
+    let n = match crate::agent::nvml::open() {
         Ok(n) => n,
         Err(e) => return vec![("nvml", false, nvml::unavailable(&e))],
     };

@@ -59,11 +59,15 @@ pub fn check_nccl() -> Result<(), NcclError> {
         return Ok(());
     }
     let searched = candidates("nccl");
-    // PyTorch's wheel ships only libnccl.so.2, a name cudarc does not try.
-    let hint = match loadable_path("libnccl.so.2", "ncclGetVersion") {
+    // PyTorch's wheel ships only libnccl.so.2, a name cudarc does not try: the agent gives its
+    // GPU ranks a link to it (agent/ranks.rs); a process of its own needs one made for it.
+    let found = loadable_path("libnccl.so.2", "ncclGetVersion")
+        .or_else(|| crate::tools::pytorch_nccl(&[]).map(|f| f.path.display().to_string()));
+    let hint = match found {
         Some(path) => format!(
-            "; {path} is there, under a name cudarc does not try: put a directory holding a link \
-             libnccl.so -> {path} first on LD_LIBRARY_PATH (scripts/gpu-check.sh does)"
+            "; {path} is there, under a name cudarc does not try: GPU ranks get a link to it from \
+             their agent; anything else needs a directory holding a link libnccl.so -> {path} first \
+             on LD_LIBRARY_PATH"
         ),
         None => String::new(),
     };

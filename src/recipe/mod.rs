@@ -101,6 +101,11 @@ pub struct Train {
     pub beta2: f64,
     pub seed: u64,
     pub dtype: Dtype,
+    /// Each rank's intra-op threads; 0: the node's cores shared by its ranks. A thread count
+    /// changes the order of a matmul's sums, so runs that must agree bit for bit on different
+    /// placements (local, SSH, Slurm) name the same count. Stored recipes before it read as 0.
+    #[serde(default)]
+    pub threads: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

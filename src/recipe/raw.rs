@@ -133,6 +133,7 @@ pub(super) struct RawTrain {
     pub beta2: Option<f64>,
     pub seed: Option<i64>,
     pub dtype: Option<String>,
+    pub threads: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -285,6 +286,7 @@ pub(super) const TABLES: &[(&str, &[(&str, Ty)])] = &[
             ("beta2", Ty::Float),
             ("seed", Ty::Int),
             ("dtype", Ty::Str),
+            ("threads", Ty::Int),
         ],
     ),
     (

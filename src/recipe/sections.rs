@@ -56,7 +56,9 @@ impl Check<'_> {
                 self.ctx.show("train.dtype", "\"bf16\"")
             )));
         }
+        let threads = self.int_in("train.threads", raw.threads.unwrap_or(0), 0, 1024)? as u32;
         Ok(Train {
+            threads,
             steps,
             batch_per_rank,
             lr,

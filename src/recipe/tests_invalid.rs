@@ -219,3 +219,13 @@ fn spare_hosts_are_unused_ssh_destinations_beside_ssh_hosts() {
     let slurm = ["cluster.launcher=\"slurm\"", "cluster.nodes=2", r#"cluster.spare_hosts=["c"]"#];
     assert_mentions(&with_set(&slurm).expect_err("slurm"), &["cluster.spare_hosts", "exclude each other"]);
 }
+
+#[test]
+fn train_threads_is_a_count_and_zero_keeps_the_nodes_rule() {
+    assert_eq!(with_set(&["train.threads=2"]).expect("2 threads").train.threads, 2);
+    assert_eq!(with_set(&[]).expect("default").train.threads, 0, "0: the node's cores shared by its ranks");
+    let e = with_set(&["train.threads=-1"]).expect_err("negative");
+    assert_mentions(&e, &["train.threads", "-1"]);
+    let e = with_set(&["train.threads=\"two\""]).expect_err("a string");
+    assert_mentions(&e, &["train.threads"]);
+}

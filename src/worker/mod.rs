@@ -55,13 +55,8 @@ pub fn main_from_env() -> anyhow::Result<()> {
     // share the node's cores between its ranks.
     static INTEROP: std::sync::Once = std::sync::Once::new();
     INTEROP.call_once(|| tch::set_num_interop_threads(1));
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    // `FLIGHTDECK_TORCH_THREADS` pins them (reproducing another layout's numbers bit for bit:
-    // a thread count changes the order of a matmul's sums).
-    let pinned = std::env::var("FLIGHTDECK_TORCH_THREADS").ok().and_then(|v| v.trim().parse::<i32>().ok());
-    tch::set_num_threads(pinned.filter(|n| *n > 0).unwrap_or_else(|| env.torch_threads(cores)));
-
     let recipe = load_recipe(&env.recipe_path)?;
+    tch::set_num_threads(intra_op_threads(&recipe, &env));
     if recipe.cluster.device == crate::recipe::Device::Cuda {
         // Before any CUDA use: loads libtorch_cuda and picks GPU LOCAL_RANK.
         cuda::init(env.local_rank).with_context(|| format!("rank {}", env.rank))?;
@@ -105,6 +100,18 @@ pub fn exit_code(e: &anyhow::Error) -> Option<i32> {
     match e.downcast_ref::<train::TrainError>() {
         Some(train::TrainError::NonFinite { .. }) => Some(crate::record::NON_FINITE_EXIT),
         _ => None,
+    }
+}
+
+/// The rank's intra-op threads: `train.threads`, else `FLIGHTDECK_TORCH_THREADS` (a test's or a
+/// benchmark's pin), else the node's cores shared by its ranks. A thread count changes the order
+/// of a matmul's sums: the same count gives the same losses on any placement.
+fn intra_op_threads(recipe: &Recipe, env: &WorkerEnv) -> i32 {
+    let pinned = std::env::var("FLIGHTDECK_TORCH_THREADS").ok().and_then(|v| v.trim().parse::<i32>().ok());
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    match recipe.train.threads {
+        0 => pinned.filter(|n| *n > 0).unwrap_or_else(|| env.torch_threads(cores)),
+        n => i32::try_from(n).unwrap_or(i32::MAX),
     }
 }
 
@@ -158,6 +165,7 @@ pub(crate) mod testing {
                 beta2: 0.95,
                 seed: 1337,
                 dtype: Dtype::Fp32,
+                threads: 0,
             },
             parallel: Parallel { data: world, backend: CollectiveBackend::Ring, bucket_bytes: 25 << 20 },
             checkpoint: Checkpoint { every: 0, keep: 1, dir: "ckpt".into() },

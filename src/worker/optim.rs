@@ -267,6 +267,7 @@ mod tests {
             beta2: 0.95,
             seed: 1,
             dtype: Dtype::Fp32,
+            threads: 0,
         }
     }
 

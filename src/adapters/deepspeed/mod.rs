@@ -1,4 +1,6 @@
-//! DeepSpeed, every printing form since 0.3: `runtime/engine.py` `_report_progress`, `utils/timer.py`
+//! DeepSpeed, every printing form since 0.3: step, timer, throughput, pipeline and ZeRO memory lines.
+//!
+//! The code it follows: `runtime/engine.py` `_report_progress`, `utils/timer.py`
 //! (`SynchronizedWallClockTimer.log`, `ThroughputTimer.stop`), the pipeline engine's step line,
 //! `runtime/utils.py` `see_memory_usage`, and the comms logger (`comms.rs`).
 //!
@@ -55,6 +57,9 @@ pub fn parse(line: u64, text: &str) -> Option<Record> {
     }
     // A throughput line behind a logger of the user's own (`[INFO 2020-06-08 06:02:19] 0/450,
     // SamplesPerSec=7.45`): its `, ...SamplesPerSec=` is specific enough to look for.
+    if !body.as_bytes().contains(&b'=') {
+        return None;
+    }
     let at = body.find(", SamplesPerSec=").or_else(|| body.find(", RunningAvgSamplesPerSec="))?;
     let start = body[..at].rfind([' ', ']']).map(|i| i + 1)?;
     throughput(line, &body[start..])
@@ -70,7 +75,7 @@ fn message(text: &str) -> &str {
             if let Some(rest) = strip_rank(trimmed) {
                 return rest;
             }
-            match trimmed.find("[Rank ") {
+            match trimmed.as_bytes().contains(&b'[').then(|| trimmed.find("[Rank ")).flatten() {
                 Some(at) => strip_rank(&trimmed[at..]).unwrap_or(trimmed),
                 None => trimmed,
             }
@@ -82,6 +87,9 @@ const LEVELS: [&str; 5] = ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"];
 
 /// `[2024-05-01 12:00:00,123] [INFO] [logging.py:96:log_dist] ` anywhere in the line: what follows.
 fn after_header(text: &str) -> Option<&str> {
+    if !text.as_bytes().contains(&b'[') {
+        return None;
+    }
     let mut from = 0;
     while let Some(i) = text[from..].find("] [") {
         let at = from + i;
