@@ -79,15 +79,8 @@ def short(completions, **kwargs):
     return [max(0.0, 1.0 - len(c) / 8.0) for c in completions]
 
 
-def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--steps", type=int, default=8)
-    p.add_argument("--out", help="TRL's output directory (default: a temporary one)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--history", help="write the Trainer's log_history as JSON here ({rank} is the rank)")
-    p.add_argument("--log-completions", action="store_true", help="TRL's table of samples on rank 0 every step")
-    a = p.parse_args()
-    work = tempfile.mkdtemp(prefix="trl-grpo-")
+def train(a, work):
+    """TRL's GRPO on the model and tokenizer made in `work`: the trainer, trained."""
     # Before GRPOConfig, which starts the process group: once it is up, transformers saves a model
     # on rank 0 only, and every rank loads its own copy.
     tok = tokenizer(os.path.join(work, "tokenizer"))
@@ -95,14 +88,16 @@ def main():
     args = GRPOConfig(
         output_dir=a.out or os.path.join(work, "out"),
         use_cpu=True,
-        ddp_backend="gloo",
+        # gloo under torchrun; one process alone has no process group to make.
+        ddp_backend="gloo" if "WORLD_SIZE" in os.environ else None,
         max_steps=a.steps,
         logging_steps=1,
         per_device_train_batch_size=4,
         num_generations=4,
-        # One generation per optimizer step, so every step logs every metric. The update is then
-        # on-policy (ratio 1) and TRL's clipped ratios stay 0; `steps_per_generation=2` makes them
-        # live, with the reward and completion metrics on every other step only.
+        # One generation per optimizer step (TRL's default), so every step logs every metric. The
+        # update is then on-policy (ratio 1) and TRL's clipped ratios stay 0;
+        # `steps_per_generation=2` makes them live, with the reward and completion metrics on
+        # every other step only.
         max_completion_length=6,
         temperature=1.0,
         learning_rate=1e-3,
@@ -123,8 +118,21 @@ def main():
         train_dataset=sums(256, a.seed),
         processing_class=tok,
     )
+    trainer.train()
+    return trainer
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--out", help="TRL's output directory (default: a temporary one)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--history", help="write the Trainer's log_history as JSON here ({rank} is the rank)")
+    p.add_argument("--log-completions", action="store_true", help="TRL's table of samples on rank 0 every step")
+    a = p.parse_args()
+    work = tempfile.mkdtemp(prefix="trl-grpo-")
     try:
-        trainer.train()
+        trainer = train(a, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if a.history:
