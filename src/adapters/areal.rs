@@ -22,6 +22,7 @@
 use super::value::{count, leading_number, name, number};
 use super::verl::py_dict;
 use super::{Label, Record, RecordKind};
+use crate::adapters::value::Scan;
 
 pub fn parse(line: u64, text: &str) -> Option<Record> {
     let text = own_header(text);
@@ -35,9 +36,9 @@ pub fn parse(line: u64, text: &str) -> Option<Record> {
 /// `Epoch 1/10 step 3/100 (global step 3) finishes. #End to end# execution time: *12.345*s. ...`
 fn finishes(line: u64, text: &str) -> Option<Record> {
     let rest = text.strip_prefix("Epoch ")?;
-    let (head, rest) = rest.split_once(" (global step ")?;
-    let (epoch, epoch_step) = head.split_once(" step ")?;
-    let (g, rest) = rest.split_once(") finishes. ")?;
+    let (head, rest) = rest.cut(" (global step ")?;
+    let (epoch, epoch_step) = head.cut(" step ")?;
+    let (g, rest) = rest.cut(") finishes. ")?;
     let mut r = Record::at(line, RecordKind::Step);
     r.step = Some(count(g)?);
     r.labels.push(("epoch".into(), Label::Text(epoch.to_string())));
@@ -45,14 +46,14 @@ fn finishes(line: u64, text: &str) -> Option<Record> {
     for sentence in rest.trim_end_matches('.').split(". ") {
         let (label, value) = if let Some(v) = sentence.strip_prefix("Average #tokens per batch is ") {
             ("Average #tokens per batch", v)
-        } else if let Some((l, v)) = sentence.split_once(": ") {
+        } else if let Some((l, v)) = sentence.cut(": ") {
             (l, v)
         } else {
             return None;
         };
         // `TFLOP/s per GPU: 12.34, total TFLOP/s: 98.76`
-        if let Some((v, more)) = value.split_once(", ") {
-            let (l2, v2) = more.split_once(": ")?;
+        if let Some((v, more)) = value.cut(", ") {
+            let (l2, v2) = more.cut(": ")?;
             r.metrics.push((name(label), number(v)?));
             r.metrics.push((name(l2), number(v2)?));
             continue;
@@ -72,7 +73,7 @@ fn finishes(line: u64, text: &str) -> Option<Record> {
 /// `RPC name actor_train returns {'ppo_approx_kl': 0.0012, ...}` (realhf 0.1, 0.2).
 fn rpc_dict(line: u64, text: &str) -> Option<Record> {
     let rest = text.strip_prefix("RPC name ")?;
-    let (rpc, dict) = rest.split_once(" returns {")?;
+    let (rpc, dict) = rest.cut(" returns {")?;
     let mut r = Record::at(line, RecordKind::Step);
     r.metrics = py_dict(&text[text.len() - dict.len() - 1..])?;
     r.labels.push(("rpc".into(), Label::Text(rpc.to_string())));
@@ -179,7 +180,7 @@ impl Tables {
         match t.as_bytes().first()? {
             b'R' => {
                 let rest = t.strip_prefix("RPC name ")?;
-                let (rpc, tail) = rest.split_once(" returns")?;
+                let (rpc, tail) = rest.cut(" returns")?;
                 let tail = tail.trim();
                 // `returns` or `returns (1/2)`.
                 if !(tail.is_empty() || tail.starts_with('(') && tail.ends_with(')')) {
@@ -191,7 +192,7 @@ impl Tables {
             }
             b'M' => {
                 let rest = t.strip_prefix("Model rpc ")?;
-                let (rpc, tail) = rest.split_once(" finished. ")?;
+                let (rpc, tail) = rest.cut(" finished. ")?;
                 if !tail.ends_with("Detailed time stats:") {
                     return None;
                 }
@@ -212,7 +213,7 @@ impl Tables {
             b'E' => {
                 // `Epoch 1/5 Step 3/100 Train step 3/500 done.`
                 let rest = t.strip_prefix("Epoch ")?.strip_suffix(" done.")?;
-                let (_, g) = rest.split_once(" Train step ")?;
+                let (_, g) = rest.cut(" Train step ")?;
                 let (g, _) = g.split_once('/')?;
                 self.train_step = Some(count(g)?);
                 Some(None)

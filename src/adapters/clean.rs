@@ -12,6 +12,8 @@
 //! pdsh's `host: ` cannot be told from a framework's `step: ` by its shape, so it is not taken
 //! off here: `host_cut` says where the message would start without it, and the reader tries
 //! that only when nothing reads the whole line.
+use super::value::{with_message_bytes, ByteSet};
+use crate::adapters::value::Scan;
 use std::borrow::Cow;
 
 /// What a line's wrappers said about where it came from.
@@ -100,6 +102,9 @@ impl Wrapper {
 #[derive(Debug)]
 pub struct Cleaned<'a> {
     pub text: Cow<'a, str>,
+    /// The bytes of the line as printed: a superset of `text`'s (taking wrappers and colours
+    /// off only removes bytes), for the readers' phrase searches (`value::Scan`).
+    pub bytes: ByteSet,
     pub origin: Origin,
     /// Where the message starts if its first `word: ` is pdsh's host (tried only when nothing
     /// reads `text` whole).
@@ -110,24 +115,28 @@ pub struct Cleaned<'a> {
 const MAX_WRAPPERS: usize = 12;
 
 pub fn line(text: &str) -> Cleaned<'_> {
+    // One pass for the bytes every check below asks about.
+    let bytes = ByteSet::of(text);
     // rsyslog writes control characters as `#NNN` octal: `#015` a `\r`, `#033` an escape.
-    if let Some(plain) = if text.as_bytes().contains(&b'#') { syslog_controls(text) } else { None } {
-        let c = plain_line(&plain);
-        return Cleaned { text: Cow::Owned(c.text.into_owned()), origin: c.origin, host_cut: c.host_cut };
+    if let Some(plain) = if bytes.has(b'#') { syslog_controls(text) } else { None } {
+        let bytes = ByteSet::of(&plain);
+        let c = with_message_bytes(&plain, bytes, || plain_line(&plain, &bytes));
+        return Cleaned { text: Cow::Owned(c.text.into_owned()), bytes, origin: c.origin, host_cut: c.host_cut };
     }
-    plain_line(text)
+    with_message_bytes(text, bytes, || plain_line(text, &bytes))
 }
 
-fn plain_line(text: &str) -> Cleaned<'_> {
+fn plain_line<'a>(text: &'a str, bytes: &ByteSet) -> Cleaned<'a> {
     let mut origin = Origin::default();
-    let text: Cow<'_, str> = if has_escape(text) {
+    let escaped = bytes.has(0x1b) || bytes.has(b'[') && bare_sgr_at(text).is_some();
+    let text: Cow<'_, str> = if escaped {
         origin.taken.push(Wrapper::Colours);
         Cow::Owned(strip_ansi(text))
     } else {
         Cow::Borrowed(text)
     };
     let start = strip_wrappers(&text, &mut origin);
-    let (from, to) = last_redraw(&text, start);
+    let (from, to) = if bytes.has(b'\r') { last_redraw(&text, start) } else { (start, text.len()) };
     if from > start {
         origin.taken.push(Wrapper::Redraw);
     }
@@ -141,12 +150,12 @@ fn plain_line(text: &str) -> Cleaned<'_> {
         Cow::Owned(t) if start == 0 && end == t.len() => Cow::Owned(t),
         Cow::Owned(t) => Cow::Owned(t[start..end].to_string()),
     };
-    Cleaned { text, origin, host_cut }
+    Cleaned { text, bytes: *bytes, origin, host_cut }
 }
 
 /// `#015` and `#033` (rsyslog's escapes of `\r` and ESC) as the characters; `None` if none.
 fn syslog_controls(text: &str) -> Option<String> {
-    if !text.contains("#015") && !text.contains("#033[") {
+    if !text.has("#015") && !text.has("#033[") {
         return None;
     }
     Some(text.replace("#015", "\r").replace("#033[", "\x1b["))
@@ -183,6 +192,14 @@ pub fn pdsh_host(text: &str) -> Option<(usize, &str)> {
 fn is_exception_name(word: &str) -> bool {
     let last = word.rsplit('.').next().unwrap_or(word);
     ["Error", "Exception", "Interrupt", "Exit", "Warning"].iter().any(|s| last.ends_with(s))
+}
+
+/// Whether a `word: ` is worth reading as pdsh's host before the stream has shown it to be one:
+/// a host names a machine (`node7`, `worker-0`, `ip-10-0-0-1.ec2`), with a digit, a dash or a
+/// dot; `wandb: ` and `Epoch: ` are a program's words. Hosts without any are learned from the
+/// stream (the same word on two lines) instead.
+pub fn host_like(host: &str) -> bool {
+    host.bytes().any(|b| b.is_ascii_digit() || b == b'-' || b == b'.')
 }
 
 /// A tqdm bar after the `word: ` (`Iteration:  50%|`): the word is as likely the bar's desc as a
@@ -294,7 +311,7 @@ fn monarch(t: &str) -> Option<(usize, Wrapper)> {
     if !t.starts_with("[actor=") {
         return None;
     }
-    let end = t.find("] ")?;
+    let end = t.at("] ")?;
     Some((end + 1, Wrapper::Ray))
 }
 
@@ -303,7 +320,7 @@ fn mpirun(t: &str, origin: &mut Origin) -> Option<(usize, Wrapper)> {
     let end = t.find(']')?;
     let inner = &t[1..end];
     // SageMaker's `[1,mpirank:0,algo-1]<stdout>:`: the rank and the host it names.
-    if let Some(r) = inner.strip_prefix("1,mpirank:").or_else(|| inner.split_once(",mpirank:").map(|(_, r)| r)) {
+    if let Some(r) = inner.strip_prefix("1,mpirank:").or_else(|| inner.cut(",mpirank:").map(|(_, r)| r)) {
         let (rank, host) = r.split_once(',').unwrap_or((r, ""));
         let rank: u32 = rank.parse().ok()?;
         let tag = ["<stdout>:", "<stderr>:"].iter().find(|tag| t[end + 1..].starts_with(**tag))?;
@@ -343,7 +360,7 @@ fn ray(t: &str, origin: &mut Origin) -> Option<(usize, Wrapper)> {
     let end = head.windows(2).position(|w| w == b") ").or_else(|| t.ends_with(')').then(|| t.len() - 1))?;
     let inner = &t[1..end];
     let known = inner.starts_with("pid=")
-        || inner.contains(" pid=")
+        || inner.has(" pid=")
         || inner == "raylet"
         || inner.starts_with("raylet,")
         || inner.starts_with("autoscaler")
@@ -351,7 +368,7 @@ fn ray(t: &str, origin: &mut Origin) -> Option<(usize, Wrapper)> {
     if !known || inner.len() > 200 {
         return None;
     }
-    if let Some((_, ip)) = inner.split_once("ip=") {
+    if let Some((_, ip)) = inner.cut("ip=") {
         let ip = ip.split([',', ' ']).next().unwrap_or(ip);
         if !ip.is_empty() {
             origin.host.get_or_insert_with(|| ip.to_string());
@@ -427,7 +444,7 @@ fn logger_fields(rest: &str) -> Option<usize> {
     for _ in 0..4 {
         let field_end = rest[at..].find(sep)?;
         let field = rest[at..at + field_end].trim();
-        if field.is_empty() || field.len() > 80 || field.contains("  ") && !is_level(field.trim()) {
+        if field.is_empty() || field.len() > 80 || field.has("  ") && !is_level(field.trim()) {
             return None;
         }
         level |= is_level(field);
@@ -435,13 +452,13 @@ fn logger_fields(rest: &str) -> Option<usize> {
         if level {
             // loguru: `| INFO     | module:function:line - message`.
             if sep == " | " {
-                let place_end = rest[at..].find(" - ")?;
+                let place_end = rest[at..].at(" - ")?;
                 let place = &rest[at..at + place_end];
                 if place.contains(' ') || !place.contains(':') {
                     return None;
                 }
                 at += place_end + 3;
-            } else if let Some(name_end) = rest[at..].find(" - ") {
+            } else if let Some(name_end) = rest[at..].at(" - ") {
                 // `- LEVEL - name - message` (HF examples: `%(levelname)s - %(name)s - %(message)s`).
                 let name = &rest[at..at + name_end];
                 if is_logger_name(name) {
@@ -486,7 +503,7 @@ fn level_led(t: &str) -> Option<(usize, Wrapper)> {
     }
     let time = time_at(&rest[6..])?;
     let place = rest[6 + time..].strip_prefix(' ')?;
-    let close = place.find("] ")?;
+    let close = place.at("] ")?;
     let file = &place[..close];
     let plausible = file.contains(':') && !file.contains(' ') && close < 80;
     plausible.then(|| (t.len() - place.len() + close + 1, Wrapper::Logger))
@@ -520,7 +537,7 @@ fn logger_bracketed(t: &str) -> Option<(usize, Wrapper)> {
             let Some(r) = rest.strip_prefix(" [") else { break };
             let Some(close) = r.find(']') else { break };
             let field = &r[..close];
-            if !(is_level(field) || field.contains(".py:")) {
+            if !(is_level(field) || field.has(".py:")) {
                 break;
             }
             len += 2 + close + 1;
@@ -528,8 +545,8 @@ fn logger_bracketed(t: &str) -> Option<(usize, Wrapper)> {
         }
         // torch elastic 2.1-2.3: `[2024-05-28 14:04:27,954] torch.distributed.elastic.multiprocessing.api: [WARNING] `.
         if let Some(r) = rest.strip_prefix(' ') {
-            if let Some((name, after)) = r.split_once(": [") {
-                if let Some(close) = after.find("] ") {
+            if let Some((name, after)) = r.cut(": [") {
+                if let Some(close) = after.at("] ") {
                     if is_logger_name(name) && name.contains('.') && is_level(&after[..close]) {
                         return Some((len + 1 + name.len() + 3 + close + 1, Wrapper::Logger));
                     }
@@ -538,9 +555,9 @@ fn logger_bracketed(t: &str) -> Option<(usize, Wrapper)> {
         }
         // slime's `[2024-05-01 12:00:00] model.py:654 - ` (`%(filename)s:%(lineno)d - `).
         if let Some(r) = rest.strip_prefix(' ') {
-            if let Some(dash) = r.find(" - ") {
+            if let Some(dash) = r.at(" - ") {
                 let place = &r[..dash];
-                if place.contains(".py:") && !place.contains(' ') {
+                if place.has(".py:") && !place.contains(' ') {
                     len += 1 + dash + 2;
                 }
             }
@@ -552,7 +569,7 @@ fn logger_bracketed(t: &str) -> Option<(usize, Wrapper)> {
         if let Some(stamp) = after.strip_prefix(' ').and_then(datetime) {
             let rest = &after[1 + stamp..];
             if let Some(r) = rest.strip_prefix(' ') {
-                if let Some(colon) = r.find(": ") {
+                if let Some(colon) = r.at(": ") {
                     if is_logger_name(&r[..colon]) {
                         return Some((end + 2 + stamp + 1 + colon + 1, Wrapper::Logger));
                     }
@@ -584,8 +601,7 @@ fn logger_bracketed(t: &str) -> Option<(usize, Wrapper)> {
     if inner.bytes().next().is_some_and(|b| matches!(b, b'I' | b'W' | b'E' | b'F')) {
         let body = &inner[1..];
         let place = body.rsplit(' ').next().unwrap_or("");
-        let code_place =
-            place.contains(':') && (place.contains(".cpp") || place.contains(".cc") || place.contains(".h"));
+        let code_place = place.contains(':') && (place.has(".cpp") || place.has(".cc") || place.has(".h"));
         if code_place && (body.starts_with(' ') || body.bytes().next().is_some_and(|b| b.is_ascii_digit())) {
             return Some((end + 1, Wrapper::Logger));
         }
@@ -617,14 +633,14 @@ fn glog(t: &str) -> Option<(usize, Wrapper)> {
     if !(b[1..5].iter().all(u8::is_ascii_digit) && b[5] == b' ' && time_at(&t[6..]).is_some()) {
         return None;
     }
-    let close = t.find("] ")?;
+    let close = t.at("] ")?;
     let head = &t[..close];
     (head.contains(':') && close < 120).then_some((close + 1, Wrapper::Logger))
 }
 
 /// The kernel ring buffer's `[ 1234.567890] ` and `dmesg -T`'s `[Wed May  1 12:00:00 2024] `.
 fn dmesg(t: &str) -> Option<(usize, Wrapper)> {
-    let end = t.find("] ")?;
+    let end = t.at("] ")?;
     let inner = t[1..end].trim();
     let uptime = inner.split_once('.').is_some_and(|(s, f)| all_digits(s) && all_digits(f));
     let human = inner.len() == 24 && inner.as_bytes()[3] == b' ' && inner.get(11..).and_then(time_at).is_some();
@@ -651,7 +667,7 @@ fn syslog(t: &str, origin: &mut Origin) -> Option<(usize, Wrapper)> {
 /// After a syslog timestamp: `host proc[123]: ` or `host kernel: `; the host is kept.
 fn syslog_tail(rest: &str, origin: &mut Origin) -> Option<usize> {
     let (host, after) = rest.split_once(' ')?;
-    let colon = after.find(": ")?;
+    let colon = after.at(": ")?;
     let proc = &after[..colon];
     // An identifier with its pid (`python[4242]`), or the kernel: a message's `iter 10: ` is neither.
     let ident = match proc.split_once('[') {
@@ -732,11 +748,6 @@ fn all_digits(s: &str) -> bool {
 
 /// An escape character, or a colour code whose escape was lost (a log pasted from a terminal
 /// keeps `[32m`).
-fn has_escape(text: &str) -> bool {
-    let b = text.as_bytes();
-    b.contains(&0x1b) || b.contains(&b'[') && bare_sgr_at(text).is_some()
-}
-
 /// The first `[31m` / `[38;2;180;60;0m` / `[0m` in `text` (an SGR code without its escape).
 fn bare_sgr_at(text: &str) -> Option<usize> {
     let b = text.as_bytes();

@@ -7,6 +7,7 @@
 //! failed`, libtorch's `not enough memory`), a CUDA out-of-memory, a C++ exception's `what():`,
 //! a Rust panic with its message, and this binary's own `flightdeck: ...` error line.
 
+use crate::adapters::value::Scan;
 /// A quoted error is cut to this many characters: a reason, not a log.
 pub const MAX_ERROR_CHARS: usize = 300;
 
@@ -33,7 +34,7 @@ impl LastError {
                 return;
             }
         }
-        if line.starts_with("thread '") && line.contains("' panicked at ") {
+        if line.starts_with("thread '") && line.has("' panicked at ") {
             // Rust prints the panic's place, then its message on the next line.
             let at = line.trim_end_matches(':');
             self.set(at);
@@ -66,7 +67,7 @@ impl LastError {
 /// `[rank1]: RuntimeError: ...` → `RuntimeError: ...` (PyTorch prefixes a rank's traceback).
 fn strip_rank_prefix(line: &str) -> &str {
     let Some(rest) = line.strip_prefix("[rank") else { return line };
-    match rest.find("]:") {
+    match rest.at("]:") {
         Some(end) if rest[..end].trim().bytes().all(|b| b.is_ascii_digit()) => rest[end + 2..].trim_start(),
         _ => line,
     }
@@ -98,9 +99,9 @@ fn is_failure(line: &str) -> bool {
 }
 
 fn is_alloc_or_exception(line: &str) -> bool {
-    line.contains("memory allocation of ") && line.ends_with(" failed")
-        || line.contains("CUDA out of memory")
-        || line.contains("not enough memory: you tried to allocate")
+    line.has("memory allocation of ") && line.ends_with(" failed")
+        || line.has("CUDA out of memory")
+        || line.has("not enough memory: you tried to allocate")
         || line.starts_with("flightdeck: ")
         || line.starts_with("Error: ")
         || is_python_exception(line)

@@ -34,6 +34,7 @@
 //!   `epoch 0: perplexity: 25.3 eval_loss: 3.2`, an `eval` labelled `epoch`.
 use super::value::{count, number};
 use super::{Label, Record, RecordKind};
+use crate::adapters::value::Scan;
 
 /// Keys the Trainer adds to every log it prints, or logs itself.
 const ANCHORS: [&str; 5] = ["epoch", "step", "loss", "eval_loss", "train_loss"];
@@ -216,10 +217,10 @@ fn value_extent(s: &str) -> usize {
 /// One line of `log_metrics`' block: `  train_loss               =     1.2345` (the examples'
 /// older `  eval_loss = 0.38` too).
 fn metrics_line(line: u64, text: &str) -> Option<Record> {
-    if !text.as_bytes().contains(&b'=') {
+    if !super::value::holds(text, b'=') {
         return None;
     }
-    let (key, value) = text.split_once(" = ").or_else(|| {
+    let (key, value) = text.cut(" = ").or_else(|| {
         // Padded: `key      =    value`.
         let eq = text.find('=')?;
         (text[..eq].ends_with(' ') && text[eq + 1..].starts_with(' ')).then(|| (&text[..eq], &text[eq + 1..]))
@@ -235,7 +236,7 @@ fn metrics_line(line: u64, text: &str) -> Option<Record> {
     } else {
         return None;
     };
-    let (name, v) = if key.contains("_mem_") {
+    let (name, v) = if key.has("_mem_") {
         let mb = value.strip_suffix("MB")?;
         (format!("{key}_mb"), number(mb)?)
     } else if key.ends_with("_runtime") && value.contains(':') {
@@ -250,7 +251,7 @@ fn metrics_line(line: u64, text: &str) -> Option<Record> {
 
 /// `_secs2timedelta`'s `0:01:23.45` (and `1 day, 2:03:04.56`) in seconds.
 fn timedelta(s: &str) -> Option<f64> {
-    let (days, clock) = match s.split_once(", ") {
+    let (days, clock) = match s.cut(", ") {
         Some((d, c)) => (count(d.strip_suffix(" days").or_else(|| d.strip_suffix(" day"))?)?, c),
         None => (0, s),
     };

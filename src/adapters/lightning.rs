@@ -20,6 +20,7 @@
 //!   and the dict (`{'test_acc': 0.9, 'test_loss': 0.23}`), read as HF's eval dicts (`hf.rs`).
 use super::value::{count, is_identifier, name, number};
 use super::{hf, tqdm, Label, Record, RecordKind};
+use crate::adapters::value::Scan;
 
 const EVAL_PREFIXES: [&str; 6] = ["test_", "test/", "val_", "val/", "valid_", "validation_"];
 
@@ -32,12 +33,12 @@ pub fn parse(line: u64, text: &str) -> Option<Record> {
     if first == '│' {
         return rich_row(line, t);
     }
-    if t.contains(" • ") {
+    if t.has(" • ") {
         if let Some(r) = rich_bar(line, t) {
             return Some(r);
         }
     }
-    if t.contains(" [") {
+    if t.has(" [") {
         if let Some(r) = tqdm::parse(line, t) {
             if let Some(Label::Text(desc)) = r.label("desc") {
                 if is_lightning_desc(desc) {
@@ -71,7 +72,7 @@ fn is_lightning_desc(desc: &str) -> bool {
 
 /// The Rich bar's plain text: `desc bar n/total elapsed • remaining rate [name: value ...]`.
 fn rich_bar(line: u64, text: &str) -> Option<Record> {
-    let (left, right) = text.split_once(" • ")?;
+    let (left, right) = text.cut(" • ")?;
     let (rest, elapsed) = last_word(left)?;
     let (head, counts) = last_word(rest)?;
     let head = head.trim_end();
@@ -130,7 +131,11 @@ fn is_rich_clock(s: &str) -> bool {
 
 /// A plain results row: `metric` and its one value in centred columns.
 fn plain_row(line: u64, text: &str) -> Option<Record> {
-    let gap = text.find("  ")?;
+    // Its metric is an eval's (`val_loss`, `test_acc`): told before the line is searched.
+    if !EVAL_PREFIXES.iter().any(|p| text.starts_with(p)) {
+        return None;
+    }
+    let gap = text.at("  ")?;
     let (metric, value) = (&text[..gap], text[gap..].trim_start());
     if value.contains(char::is_whitespace) {
         return None;

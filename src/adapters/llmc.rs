@@ -23,6 +23,7 @@
 //! z-score in parentheses is `{label}_z`; the unlabelled milliseconds are `time_ms`.
 use super::value::{count, leading_count, leading_number, name, number};
 use super::{Record, RecordKind};
+use crate::adapters::value::Scan;
 
 pub fn parse(line: u64, text: &str) -> Option<Record> {
     if let Some(rest) = text.strip_prefix("step ") {
@@ -41,7 +42,7 @@ pub fn parse(line: u64, text: &str) -> Option<Record> {
     }
     if let Some(rest) = text.strip_prefix("HellaSwag: ") {
         // `HellaSwag: 2489/10042 = 0.247859`: the accuracy (the counts are its numerator and total).
-        let (counts, acc) = rest.split_once(" = ")?;
+        let (counts, acc) = rest.cut(" = ")?;
         let (right, total) = counts.split_once('/')?;
         count(right)?;
         count(total)?;
@@ -136,7 +137,7 @@ fn segment_into(r: &mut Record, segment: &str) -> Option<()> {
         return Some(());
     }
     // `train loss 4.5`, `loss 3.2 (+0.12z)`, `loss 3.2 (z +0.12)`, `norm 1.48 (+nanz)`, `lr_scale 1.00e+00`.
-    let (head, z) = match segment.split_once(" (") {
+    let (head, z) = match segment.cut(" (") {
         Some((head, z)) => (head, Some(z.strip_suffix(')')?)),
         None => (segment, None),
     };
@@ -169,7 +170,7 @@ fn iteration(line: u64, rest: &str) -> Option<Record> {
     let mut r = Record::at(line, RecordKind::Step);
     r.step = Some(count(fields.next()?)?);
     for field in fields {
-        let (label, v) = field.split_once(": ")?;
+        let (label, v) = field.cut(": ")?;
         let (metric, v) = match label {
             "loss" | "norm" | "tok/s" => (label.to_string(), v),
             "time" => ("time_ms".to_string(), v.strip_suffix("ms")?),

@@ -25,25 +25,26 @@
 //! `nan.0`/`inf.0`: `num` reads both.
 use super::value::{count, leading_count, name, number};
 use super::{Label, Record, RecordKind};
+use crate::adapters::value::Scan;
 
 pub fn parse(line: u64, text: &str) -> Option<Record> {
-    if text.contains(" |") {
+    if text.has(" |") {
         let body = text.trim_start();
         if let Some(rest) = body.strip_prefix("time (ms) |") {
             return old_timers(line, rest);
         }
-        if let Some((set, rest)) = body.split_once(" loss at ") {
+        if let Some((set, rest)) = body.cut(" loss at ") {
             if !set.contains(' ') {
                 return validation(line, set, rest);
             }
         }
-        if let Some(at) = text.find("iteration ") {
+        if let Some(at) = text.at("iteration ") {
             let head = text[..at].trim();
             if head.is_empty() || head.starts_with('[') && head.ends_with(']') {
                 return iteration(line, &text[at..]);
             }
         }
-        if text.contains(" memory (MB) |") || text.contains(" memory (GB) |") {
+        if text.has(" memory (MB) |") || text.has(" memory (GB) |") {
             return memory(line, text);
         }
         return None;
@@ -99,7 +100,7 @@ fn iteration(line: u64, text: &str) -> Option<Record> {
 /// (its split's name). A `K value:` segment is the check.
 fn validation(line: u64, set: &str, rest: &str) -> Option<Record> {
     let (at, rest) = rest.split_once('|')?;
-    if !rest.contains(" value: ") {
+    if !rest.has(" value: ") {
         return None;
     }
     let at = at.trim();
@@ -127,10 +128,10 @@ fn validation(line: u64, set: &str, rest: &str) -> Option<Record> {
 /// iterations memory (MB) | ...`; `(before save_checkpoint for iteration 100)`; Megatron-Bridge's
 /// `memory (GB) | mem-allocated-gigabytes: 12.3 | mem-alloc-retires: 0` (names carry their unit).
 fn memory(line: u64, text: &str) -> Option<Record> {
-    let (head, unit, rest) = match text.split_once(" memory (MB) |") {
+    let (head, unit, rest) = match text.cut(" memory (MB) |") {
         Some((head, rest)) => (head, Some("MB"), rest),
         None => {
-            let (head, rest) = text.split_once(" memory (GB) |")?;
+            let (head, rest) = text.cut(" memory (GB) |")?;
             (head, None, rest)
         }
     };
@@ -187,7 +188,7 @@ pub fn timer_row(line: u64, text: &str) -> Option<Record> {
     let mut r = Record::at(line, RecordKind::Timers);
     r.labels.push(("timer".into(), Label::Text(label.to_string())));
     if let Some(pair) = values.strip_prefix('(').and_then(|v| v.strip_suffix(')')) {
-        let (min, max) = pair.split_once(", ")?;
+        let (min, max) = pair.cut(", ")?;
         r.metrics.push((name(&format!("{label} min ms")), number(min)?));
         r.metrics.push((name(&format!("{label} max ms")), number(max)?));
     } else {
@@ -218,7 +219,7 @@ impl RankTimes {
         }
         let body = text.trim();
         if let Some(row) = body.strip_prefix("rank ") {
-            if let (Some(timer), Some((rank, value))) = (&self.timer, row.split_once(": ")) {
+            if let (Some(timer), Some((rank, value))) = (&self.timer, row.cut(": ")) {
                 if let (Some(rank), Some(v)) = (count(rank.trim()), number(value)) {
                     let mut r = Record::at(line, RecordKind::Timers);
                     r.labels.push(("timer".into(), Label::Text(timer.clone())));

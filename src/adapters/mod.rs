@@ -372,7 +372,8 @@ impl LogReader {
                 self.remember_pdsh(h);
             }
         }
-        let host = cleaned.host_cut.zip(clean::pdsh_host(&cleaned.text));
+        // The cleaner found the candidate already: `host: ` ends two bytes before the cut.
+        let host = cleaned.host_cut.map(|cut| (cut, (cut, &cleaned.text[..cut - 2])));
         // The same `host: ` on consecutive lines is pdsh's (a framework's own `key: ` lines
         // learned this way cost a second reading, never a wrong one: the whole line is read after).
         // `Iteration:  50%|` on two lines is a bar's desc as likely as a host: a host is learned
@@ -389,12 +390,12 @@ impl LogReader {
             None => self.last_host = None,
         }
         let known = host.is_some_and(|(_, (_, h))| self.pdsh_hosts.iter().any(|k| k == h));
-        let mut taken = if known { None } else { self.read(line, &cleaned.text, &origin) };
+        let mut taken = if known { None } else { self.read(line, &cleaned.text, cleaned.bytes, &origin) };
         let mut without_host = None;
         if taken.is_none() {
             // pdsh's `host: `, tried after the whole line (a framework's `step: ` must win)
             // unless this host's lines were read that way before.
-            if let Some((cut, (_, host))) = host {
+            if let Some((cut, (_, host))) = host.filter(|(_, (_, h))| known || clean::host_like(h)) {
                 let inner = clean::line(&cleaned.text[cut..]);
                 let mut merged = inner.origin;
                 merged.host = merged.host.or_else(|| Some(host.to_string()));
@@ -403,7 +404,7 @@ impl LogReader {
                 let mut wrappers = origin.taken;
                 wrappers.push(clean::Wrapper::Pdsh);
                 merged.taken = wrappers.followed_by(&merged.taken);
-                taken = self.read(line, &inner.text, &merged);
+                taken = self.read(line, &inner.text, inner.bytes, &merged);
                 if taken.is_some() {
                     self.remember_pdsh(host);
                     origin = merged;
@@ -411,7 +412,7 @@ impl LogReader {
                 }
             }
             if taken.is_none() && known {
-                taken = self.read(line, &cleaned.text, &origin);
+                taken = self.read(line, &cleaned.text, cleaned.bytes, &origin);
             }
         }
         let (mut records, taker) = match taken {
@@ -433,7 +434,18 @@ impl LogReader {
 
     /// One cleaned message through the failure readers, the comms table and the adapters:
     /// `None` when none of them took it.
-    fn read(&mut self, line: u64, text: &str, origin: &clean::Origin) -> Option<(Vec<Record>, Taker)> {
+    fn read(
+        &mut self,
+        line: u64,
+        text: &str,
+        bytes: value::ByteSet,
+        origin: &clean::Origin,
+    ) -> Option<(Vec<Record>, Taker)> {
+        value::with_message_bytes(text, bytes, || self.read_known(line, text, origin))
+    }
+
+    /// `read`, with the message's bytes known to every reader's phrase search.
+    fn read_known(&mut self, line: u64, text: &str, origin: &clean::Origin) -> Option<(Vec<Record>, Taker)> {
         let failures = self.failures_of((origin.rank, origin.local_rank));
         if let Some(records) = failures.push(line, text) {
             return Some((records, Taker::Failures));

@@ -11,6 +11,7 @@
 //! Its first records (2024-06 to 2024-10) printed llm.c's lines, so those are read through `llmc`.
 use super::value::{count, leading_number, name, number};
 use super::{llmc, Record, RecordKind};
+use crate::adapters::value::Scan;
 
 pub fn parse(line: u64, text: &str) -> Option<Record> {
     let own = if let Some(rest) = text.strip_prefix("iter ") {
@@ -29,7 +30,7 @@ pub fn parse(line: u64, text: &str) -> Option<Record> {
 
 /// `iter N: loss L, time Tms, mfu M%` and `step N: train loss L, val loss V`: `label number` fields.
 fn nanogpt(line: u64, kind: RecordKind, rest: &str) -> Option<Record> {
-    let (n, rest) = rest.split_once(": ")?;
+    let (n, rest) = rest.cut(": ")?;
     let mut r = Record::at(line, kind);
     r.step = Some(count(n)?);
     for field in rest.split(", ") {
@@ -86,7 +87,7 @@ fn speedrun(line: u64, rest: &str) -> Option<Record> {
 /// `peak memory allocated: 30617 MiB reserved: 46572 MiB` (llm.c's `peak memory consumption:
 /// 2510 MiB`, which the first records printed, is read through `llmc`).
 fn peak_memory(line: u64, rest: &str) -> Option<Record> {
-    let (allocated, reserved) = rest.strip_prefix("allocated: ")?.split_once(" MiB reserved: ")?;
+    let (allocated, reserved) = rest.strip_prefix("allocated: ")?.cut(" MiB reserved: ")?;
     let mut r = Record::at(line, RecordKind::Memory);
     r.metrics.push(("peak_memory_allocated_mib".into(), count(allocated)? as f64));
     r.metrics.push(("reserved_mib".into(), count(reserved.strip_suffix(" MiB")?)? as f64));

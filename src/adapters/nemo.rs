@@ -17,6 +17,7 @@
 use super::megatron::{num, timer_row};
 use super::value::{count, leading_count, name};
 use super::{tqdm, Label, Record, RecordKind};
+use crate::adapters::value::Scan;
 use std::borrow::Cow;
 
 pub fn parse(line: u64, text: &str) -> Option<Record> {
@@ -25,7 +26,7 @@ pub fn parse(line: u64, text: &str) -> Option<Record> {
         return training(line, rest);
     }
     // A bar with a postfix ends with it: `..., consumed_samples=640.0]`.
-    if text.ends_with(']') && text.contains("%|") {
+    if text.ends_with(']') && text.has("%|") {
         return bar(line, text);
     }
     timer_row(line, text)
@@ -36,7 +37,7 @@ fn training(line: u64, rest: &str) -> Option<Record> {
     let (epoch, rest) = leading_count(rest)?;
     let rest = rest.strip_prefix(", iteration ")?;
     let (n, rest) = leading_count(rest)?;
-    let (total, rest) = rest.strip_prefix('/')?.split_once(" | ")?;
+    let (total, rest) = rest.strip_prefix('/')?.cut(" | ")?;
     // The total is `max_steps - 1` or `num_training_batches - 1`, `inf` for an endless loader.
     if count(total).is_none() && total != "inf" {
         return None;
@@ -44,7 +45,7 @@ fn training(line: u64, rest: &str) -> Option<Record> {
     let mut r = Record::at(line, RecordKind::Step);
     r.labels.push(("epoch".into(), Label::Int(epoch as i64)));
     for seg in rest.split(" | ") {
-        let Some((key, value)) = seg.split_once(": ") else { continue };
+        let Some((key, value)) = seg.cut(": ") else { continue };
         let Some(v) = num(value) else { continue };
         if key == "global_step" && v >= 0.0 && v.fract() == 0.0 {
             r.step = Some(v as u64);
@@ -70,7 +71,7 @@ fn bar(line: u64, text: &str) -> Option<Record> {
 /// Lightning's `Tqdm.format_num` pads `nan` to `nan.0`, `inf` to `inf.0` and `-inf` to `-inf.`:
 /// the plain words, so the postfix's values read.
 fn lightning_padding(text: &str) -> Cow<'_, str> {
-    if !(text.contains("nan.") || text.contains("inf.")) {
+    if !(text.has("nan.") || text.has("inf.")) {
         return Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len());

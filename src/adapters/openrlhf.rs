@@ -16,12 +16,13 @@
 use super::value::count;
 use super::verl::py_dict;
 use super::{tqdm, Record, RecordKind};
+use crate::adapters::value::Scan;
 
 pub fn parse(line: u64, text: &str) -> Option<Record> {
     let text = own_header(text);
     let t = text.trim_start_matches(['✨', ' ']);
     if let Some(rest) = t.strip_prefix("Global step ") {
-        let (n, dict) = rest.split_once(": ")?;
+        let (n, dict) = rest.cut(": ")?;
         let mut r = Record::at(line, RecordKind::Step);
         r.step = Some(count(n)?);
         r.metrics = py_dict(dict)?;
@@ -29,8 +30,8 @@ pub fn parse(line: u64, text: &str) -> Option<Record> {
     }
     if let Some(rest) = t.strip_prefix("Evaluation completed in ") {
         // `0:01:02, global_step 10, eval_metrics: {...}`
-        let (_, rest) = rest.split_once(", global_step ")?;
-        let (n, dict) = rest.split_once(", eval_metrics: ")?;
+        let (_, rest) = rest.cut(", global_step ")?;
+        let (n, dict) = rest.cut(", eval_metrics: ")?;
         let mut r = Record::at(line, RecordKind::Eval);
         r.step = Some(count(n)?);
         r.metrics = py_dict(dict)?;
@@ -63,7 +64,7 @@ pub(super) fn own_header(text: &str) -> &str {
         return text;
     }
     let place = &rest[15..];
-    match place.find("] ") {
+    match place.at("] ") {
         // `ppo_trainer.py:532`
         Some(end) if place[..end].rsplit_once(':').is_some_and(|(f, l)| !f.contains(' ') && count(l).is_some()) => {
             &place[end + 2..]

@@ -29,6 +29,7 @@
 //! under a step (`╰─ env | Ratio ...`) give nothing.
 use super::value::{count, leading_number, name, number};
 use super::{Label, Record, RecordKind};
+use crate::adapters::value::Scan;
 
 pub fn parse(line: u64, text: &str) -> Option<Record> {
     let text = own_header(text);
@@ -46,7 +47,7 @@ pub fn parse(line: u64, text: &str) -> Option<Record> {
         b'V' => piped(line, RecordKind::Validation, text.strip_prefix("Validation | Step ")?, None),
         b'T' | b'O' => {
             // `Training     | step 5 | ...`, `Orchestrator | step 5 | ...`
-            let (who, rest) = text.split_once(" | step ")?;
+            let (who, rest) = text.cut(" | step ")?;
             if !matches!(who.trim_end(), "Training" | "Orchestrator") {
                 return None;
             }
@@ -83,7 +84,7 @@ pub(super) fn own_header(text: &str) -> &str {
     }
     let mut rest = &t[8..];
     if let Some(r) = rest.strip_prefix("[ Rank ") {
-        let Some(end) = r.find(" ]") else { return text };
+        let Some(end) = r.at(" ]") else { return text };
         rest = &r[end + 2..];
     }
     // Bracketed fields (`[INFO]`, `[TRAIN]`, `[Rank 0]`, `[PID=1 | f.py::3 | Rank 0]`, `[f.py:3]`).
@@ -115,7 +116,7 @@ fn is_level(s: &str) -> bool {
 fn strip_debug_suffix(text: &str) -> &str {
     if let Some(open) = text.strip_suffix(']').and_then(|t| t.rfind(" [")) {
         let inner = &text[open + 2..text.len() - 1];
-        if inner.contains("::") && inner.rsplit("::").next().is_some_and(|l| count(l).is_some()) {
+        if inner.has("::") && inner.rsplit("::").next().is_some_and(|l| count(l).is_some()) {
             return &text[..open];
         }
     }
@@ -243,7 +244,7 @@ fn zeroband(line: u64, text: &str) -> Option<Record> {
     let mut r = Record::at(line, RecordKind::Step);
     r.step = Some(count(pairs.next()?)?);
     for pair in pairs {
-        let (k, v) = pair.split_once(": ")?;
+        let (k, v) = pair.cut(": ")?;
         if !super::value::is_identifier(k) {
             return None;
         }
@@ -256,8 +257,8 @@ fn zeroband(line: u64, text: &str) -> Option<Record> {
 fn finished(line: u64, text: &str) -> Option<Record> {
     let rest =
         text.strip_prefix("Finished training step ").or_else(|| text.strip_prefix("Finished orchestrator step "))?;
-    let (n, rest) = rest.split_once(" in ")?;
-    let (time, rest) = rest.split_once(" (")?;
+    let (n, rest) = rest.cut(" in ")?;
+    let (time, rest) = rest.cut(" (")?;
     let mut r = Record::at(line, RecordKind::Step);
     r.step = Some(count(n)?);
     r.metrics.push(("time_s".into(), duration(time)?));
@@ -272,23 +273,23 @@ fn finished(line: u64, text: &str) -> Option<Record> {
 /// (±12.30, ∈[1.00, 512.00]), Truncated: 1.2%)` (0.2 to 0.5).
 fn evaluated(line: u64, text: &str) -> Option<Record> {
     let rest = text.strip_prefix("Evaluated ")?;
-    if let Some((env, rest)) = rest.split_once(" (Step ") {
+    if let Some((env, rest)) = rest.cut(" (Step ") {
         let (n, rest) = rest.split_once(')')?;
         let rest = format!("{n}{rest}");
         let mut r = piped(line, RecordKind::Eval, &rest, Some(env))?;
         r.line = line;
         return Some(r);
     }
-    let (env, rest) = rest.split_once(" in ")?;
-    let (time, rest) = rest.split_once(" (")?;
+    let (env, rest) = rest.cut(" in ")?;
+    let (time, rest) = rest.cut(" (")?;
     let mut r = Record::at(line, RecordKind::Eval);
     r.labels.push(("env".into(), Label::Text(env.to_string())));
     r.metrics.push(("time_s".into(), duration(time)?));
     let rest = rest.strip_suffix(')')?;
     // Drop the completion length's `(±std, ∈[min, max])`, whose commas would split it.
-    let rest = match rest.find(" (±") {
+    let rest = match rest.at(" (±") {
         Some(i) => {
-            let close = rest[i..].find("])")? + i + 2;
+            let close = rest[i..].at("])")? + i + 2;
             format!("{}{}", &rest[..i], &rest[close..])
         }
         None => rest.to_string(),

@@ -18,12 +18,13 @@
 use super::value::count;
 use super::verl::py_dict;
 use super::{Label, Record, RecordKind};
+use crate::adapters::value::Scan;
 
 pub fn parse(line: u64, text: &str) -> Option<Record> {
     // `NAME N: {`: the name, a space, digits, then `: {`, checked before anything is searched.
     let mut space = first_space(text)?;
     let mut text = text;
-    if text.starts_with('[') || text[..space].contains(".py:") {
+    if text.starts_with('[') || text[..space].has(".py:") {
         text = own_header(text);
         space = first_space(text)?;
     }
@@ -70,14 +71,14 @@ fn first_space(text: &str) -> Option<usize> {
 pub(super) fn own_header(text: &str) -> &str {
     let mut t = text;
     if t.starts_with("[20") {
-        match t.find("] ") {
+        match t.at("] ") {
             Some(end) if end < 64 => t = &t[end + 2..],
             _ => return text,
         }
     }
     // `model.py:654 - `: the first word, a file and line, then ` - `.
     let Some(space) = t.bytes().take(64).position(|b| b == b' ') else { return text };
-    let Some((file, line)) = t[..space].split_once(".py:") else { return text };
+    let Some((file, line)) = t[..space].cut(".py:") else { return text };
     let file_ok = !file.is_empty() && file.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
     match t[space..].strip_prefix(" - ") {
         Some(message) if file_ok && count(line).is_some() => message,

@@ -320,3 +320,23 @@ fn a_colour_wrapped_line_reads_as_the_plain_one() {
         assert_eq!(as_json(&read(Choice::Auto, &coloured)), plain, "{} in 24-bit colour", path.display());
     }
 }
+
+proptest::proptest! {
+    #[test]
+    fn scan_finds_what_str_finds_inside_and_outside_a_message(
+        hay in "[ a-c\\[\\]:=|•]{0,40}",
+        needle in "[ a-d\\[\\]:=|•]{1,4}",
+        from in 0usize..40,
+    ) {
+        use super::value::{with_message, Scan};
+        let from = (0..=from.min(hay.len())).rev().find(|i| hay.is_char_boundary(*i)).unwrap_or(0);
+        let slice = &hay[from..];
+        proptest::prop_assert_eq!(slice.at(&needle), slice.find(needle.as_str()));
+        with_message(&hay, || {
+            proptest::prop_assert_eq!(slice.at(&needle), slice.find(needle.as_str()));
+            proptest::prop_assert_eq!(slice.cut(&needle), slice.split_once(needle.as_str()));
+            proptest::prop_assert_eq!(needle.as_str().has(slice), needle.contains(slice));
+            Ok(())
+        })?;
+    }
+}

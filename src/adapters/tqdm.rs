@@ -21,6 +21,7 @@
 //! no rate and no postfix number yet (`0%| | 0/10 [00:00<?, ?it/s]`) gives nothing.
 use super::value::{count, name, number};
 use super::{Label, Record, RecordKind};
+use crate::adapters::value::Scan;
 
 /// A parsed bar: its desc, n, total, rate and postfix.
 pub struct Bar<'a> {
@@ -42,7 +43,7 @@ pub fn bar(text: &str) -> Option<Bar<'_>> {
     let (open, inside_start, close) = stats_bracket(text)?;
     let inside = &text[inside_start..close];
     let left = text[..open].trim_end();
-    let (times, rest) = inside.split_once(", ").map_or((inside, ""), |(t, r)| (t, r));
+    let (times, rest) = inside.cut(", ").map_or((inside, ""), |(t, r)| (t, r));
     let total_known = times.contains('<');
     let (desc, n, total, scaled) = if total_known { left_with_total(left)? } else { left_without_total(left)? };
     let mut parts = split_postfix(rest).into_iter().peekable();
@@ -85,7 +86,7 @@ pub fn parse(line: u64, text: &str) -> Option<Record> {
 /// inside starts and its closing `]` (brackets inside the postfix nest).
 fn stats_bracket(text: &str) -> Option<(usize, usize, usize)> {
     let mut from = 0;
-    while let Some(at) = text[from..].find(" [").map(|i| from + i) {
+    while let Some(at) = text[from..].at(" [").map(|i| from + i) {
         let start = at + 2;
         if let Some(after) = clock(&text[start..]) {
             let tail = &text[start + after..];

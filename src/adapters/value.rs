@@ -168,3 +168,101 @@ pub fn leading_count(s: &str) -> Option<(u64, &str)> {
     }
     Some((s[..end].parse().ok()?, &s[end..]))
 }
+
+/// Phrase search for the adapters' hot path. Every line passes some fifteen readers, each
+/// looking for its phrases, and most lines hold none of them: std's `str::find(&str)` sets up a
+/// two-way searcher and scans the line each time. While a line is being read (`with_message`),
+/// its set of bytes is known, so a phrase with a byte the line lacks is rejected in a few
+/// instructions, for the line and any slice of it; only the rest are searched.
+pub trait Scan {
+    /// `str::contains` of a phrase.
+    fn has(&self, needle: &str) -> bool;
+    /// `str::find` of a phrase.
+    fn at(&self, needle: &str) -> Option<usize>;
+    /// `str::split_once` at a phrase.
+    fn cut<'a>(&'a self, needle: &str) -> Option<(&'a str, &'a str)>;
+}
+
+impl Scan for str {
+    fn has(&self, needle: &str) -> bool {
+        self.at(needle).is_some()
+    }
+
+    fn at(&self, needle: &str) -> Option<usize> {
+        if !may_hold(self, needle) {
+            return None;
+        }
+        self.find(needle)
+    }
+
+    fn cut<'a>(&'a self, needle: &str) -> Option<(&'a str, &'a str)> {
+        if !may_hold(self, needle) {
+            return None;
+        }
+        self.split_once(needle)
+    }
+}
+
+/// A 256-bit set of the bytes a text holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ByteSet([u64; 4]);
+
+impl ByteSet {
+    pub fn of(text: &str) -> ByteSet {
+        let mut s = [0u64; 4];
+        for &b in text.as_bytes() {
+            s[usize::from(b >> 6)] |= 1 << (b & 63);
+        }
+        ByteSet(s)
+    }
+
+    pub fn has(&self, b: u8) -> bool {
+        self.0[usize::from(b >> 6)] & (1 << (b & 63)) != 0
+    }
+}
+
+std::thread_local! {
+    /// The line being read: where its message lies and its bytes.
+    static MESSAGE: std::cell::Cell<Option<(usize, usize, ByteSet)>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `read` with `message`'s bytes known to `Scan` (for `message` and every slice of it).
+pub fn with_message<R>(message: &str, read: impl FnOnce() -> R) -> R {
+    with_message_bytes(message, ByteSet::of(message), read)
+}
+
+/// `with_message`, with the message's bytes already known (or a superset of them: a line's
+/// bytes before its wrappers were taken off).
+pub fn with_message_bytes<R>(message: &str, bytes: ByteSet, read: impl FnOnce() -> R) -> R {
+    let known = (message.as_ptr() as usize, message.len(), bytes);
+    let before = MESSAGE.with(|m| m.replace(Some(known)));
+    let out = read();
+    MESSAGE.with(|m| m.set(before));
+    out
+}
+
+/// Whether `text` holds byte `b`: from the message's bytes when `text` is (a slice of) the
+/// message being read and `b` is not there, else by a scan.
+pub fn holds(text: &str, b: u8) -> bool {
+    let known = MESSAGE.with(|m| match m.get() {
+        Some((start, len, bytes)) => {
+            let at = text.as_ptr() as usize;
+            (at >= start && at + text.len() <= start + len && !bytes.has(b)).then_some(false)
+        }
+        None => None,
+    });
+    known.unwrap_or_else(|| text.as_bytes().contains(&b))
+}
+
+/// False only when `text` is (a slice of) the message being read and `needle` has a byte the
+/// message lacks.
+fn may_hold(text: &str, needle: &str) -> bool {
+    MESSAGE.with(|m| match m.get() {
+        Some((start, len, bytes)) => {
+            let at = text.as_ptr() as usize;
+            let within = at >= start && at + text.len() <= start + len;
+            !within || needle.bytes().all(|b| bytes.has(b))
+        }
+        None => true,
+    })
+}

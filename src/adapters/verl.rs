@@ -20,19 +20,20 @@
 //! memory reserved (GB): 1.5`) are `memory` records.
 use super::value::{count, name, number};
 use super::{Label, Record, RecordKind};
+use crate::adapters::value::Scan;
 
 pub fn parse(line: u64, text: &str) -> Option<Record> {
     if let Some(rest) = text.strip_prefix("step:") {
         return step_line(line, rest);
     }
     // `Initial validation metrics: {`, `Final ...`, or pprint's repr of it on one line.
-    if matches!(text.as_bytes().first(), Some(b'I' | b'F' | b'"' | b'\'')) && text.contains("validation metrics: {") {
+    if matches!(text.as_bytes().first(), Some(b'I' | b'F' | b'"' | b'\'')) && text.has("validation metrics: {") {
         let (when, metrics) = validation_sentence(text.trim())?;
         return Some(validation(line, when, metrics));
     }
     // A memory line ends with a number (`... (GB): 13.25` or `40.50/79.11`).
     if text.as_bytes().last().is_some_and(u8::is_ascii_digit) {
-        if let Some(at) = text.find(", memory allocated (GB): ") {
+        if let Some(at) = text.at(", memory allocated (GB): ") {
             return memory(line, &text[..at], &text[at + 2..]);
         }
     }
@@ -45,7 +46,7 @@ pub fn parse(line: u64, text: &str) -> Option<Record> {
 fn memory(line: u64, head: &str, rest: &str) -> Option<Record> {
     let mut r = Record::at(line, RecordKind::Memory);
     for part in rest.split(", ") {
-        let (label, value) = part.split_once(": ")?;
+        let (label, value) = part.cut(": ")?;
         if !label.ends_with("(GB)") {
             return None;
         }

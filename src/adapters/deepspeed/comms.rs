@@ -7,6 +7,7 @@
 //! Func: f]`. `log_all` prints the summary table (several lines: `CommsTable`).
 use super::super::value::{count, leading_number, name, number};
 use super::super::{Label, Record, RecordKind};
+use crate::adapters::value::Scan;
 
 /// The comms logger's summary (`log_all`): a header of 20-wide columns, then per op its name on
 /// a line of its own (`all_reduce`, or `all_reduce | [Caller Func: f]` in debug mode) and one
@@ -63,7 +64,7 @@ impl CommsTable {
             return Some(vec![row.record(line, table, op)]);
         }
         // `record_name`: the op, or `op | [Caller Func: f]` when the logger is in debug mode.
-        let op = trimmed.split_once(" | ").map_or(trimmed, |(op, _)| op);
+        let op = trimmed.cut(" | ").map_or(trimmed, |(op, _)| op);
         if !op.is_empty() && op.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
             self.op = Some(op.to_string());
             return Some(Vec::new());
@@ -74,12 +75,12 @@ impl CommsTable {
 }
 
 fn header(trimmed: &str) -> Option<Table> {
-    if !(trimmed.starts_with("Comm. Op") && trimmed.contains("Message Size")) {
+    if !(trimmed.starts_with("Comm. Op") && trimmed.has("Message Size")) {
         return None;
     }
-    if trimmed.contains("Total Latency(ms)") {
+    if trimmed.has("Total Latency(ms)") {
         Some(Table::Summary)
-    } else if trimmed.contains("Total straggler(ms)") {
+    } else if trimmed.has("Total straggler(ms)") {
         Some(Table::Straggler)
     } else {
         None

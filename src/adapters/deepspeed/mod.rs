@@ -25,6 +25,7 @@
 //! | `MA 1.23 GB         Max_MA 2.34 GB         CA 3.45 GB         Max_CA 4 GB` | 0.3.10– |
 //! | `CPU Virtual Memory:  used = 12.3 GB, percent = 45.6%` | 0.3.12– |
 //! | `comm op: ...` and the comms summary tables | 0.7.0– (`comms.rs`) |
+use crate::adapters::value::Scan;
 mod comms;
 
 use super::value::{count, is_identifier, leading_count, leading_number, name, number};
@@ -57,10 +58,7 @@ pub fn parse(line: u64, text: &str) -> Option<Record> {
     }
     // A throughput line behind a logger of the user's own (`[INFO 2020-06-08 06:02:19] 0/450,
     // SamplesPerSec=7.45`): its `, ...SamplesPerSec=` is specific enough to look for.
-    if !body.as_bytes().contains(&b'=') {
-        return None;
-    }
-    let at = body.find(", SamplesPerSec=").or_else(|| body.find(", RunningAvgSamplesPerSec="))?;
+    let at = body.at(", SamplesPerSec=").or_else(|| body.at(", RunningAvgSamplesPerSec="))?;
     let start = body[..at].rfind([' ', ']']).map(|i| i + 1)?;
     throughput(line, &body[start..])
 }
@@ -75,7 +73,7 @@ fn message(text: &str) -> &str {
             if let Some(rest) = strip_rank(trimmed) {
                 return rest;
             }
-            match trimmed.as_bytes().contains(&b'[').then(|| trimmed.find("[Rank ")).flatten() {
+            match trimmed.at("[Rank ") {
                 Some(at) => strip_rank(&trimmed[at..]).unwrap_or(trimmed),
                 None => trimmed,
             }
@@ -87,11 +85,8 @@ const LEVELS: [&str; 5] = ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"];
 
 /// `[2024-05-01 12:00:00,123] [INFO] [logging.py:96:log_dist] ` anywhere in the line: what follows.
 fn after_header(text: &str) -> Option<&str> {
-    if !text.as_bytes().contains(&b'[') {
-        return None;
-    }
     let mut from = 0;
-    while let Some(i) = text[from..].find("] [") {
+    while let Some(i) = text[from..].at("] [") {
         let at = from + i;
         from = at + 3;
         let Some(open) = text[..at].rfind('[') else { continue };
@@ -103,11 +98,11 @@ fn after_header(text: &str) -> Option<&str> {
         if !is_stamp {
             continue;
         }
-        let Some((level, rest)) = text[from..].split_once("] [") else { continue };
+        let Some((level, rest)) = text[from..].cut("] [") else { continue };
         if !LEVELS.contains(&level) {
             continue;
         }
-        let (site, msg) = match rest.split_once("] ") {
+        let (site, msg) = match rest.cut("] ") {
             Some(split) => split,
             None => (rest.strip_suffix(']').unwrap_or(rest), ""),
         };
@@ -250,7 +245,7 @@ fn ms_name(k: &str) -> String {
 /// `epoch=0/micro_step=10/global_step=10, RunningAvgSamplesPerSec=...` (0.8.0–), and the memory
 /// monitor's `0/50, vm percent: 12.3, swap percent: 0.0` / `epoch=.../global_step=10, vm %: ...`.
 fn throughput(line: u64, body: &str) -> Option<Record> {
-    let (head, rest) = body.split_once(", ")?;
+    let (head, rest) = body.cut(", ")?;
     let mut r = Record::at(line, RecordKind::Step);
     if head.starts_with("epoch=") {
         for kv in head.split('/') {
@@ -271,7 +266,7 @@ fn throughput(line: u64, body: &str) -> Option<Record> {
     if rest.starts_with("vm ") {
         r.kind = RecordKind::Memory;
         for part in rest.split(", ") {
-            let (k, v) = part.split_once(": ")?;
+            let (k, v) = part.cut(": ")?;
             let k = match k.strip_suffix(" %") {
                 Some(k) => format!("{k}_pct"),
                 None => name(k),
@@ -311,7 +306,7 @@ fn see_memory_usage(line: u64, body: &str) -> Option<Record> {
 
 /// `see_memory_usage`'s second line, after `CPU Virtual Memory:`: `  used = {} GB, percent = {}%`.
 fn cpu_memory(line: u64, rest: &str) -> Option<Record> {
-    let (used, percent) = rest.trim().split_once(", ")?;
+    let (used, percent) = rest.trim().cut(", ")?;
     let used = used.strip_prefix("used = ")?.strip_suffix(" GB")?;
     let percent = percent.strip_prefix("percent = ")?.strip_suffix('%')?;
     let mut r = Record::at(line, RecordKind::Memory);

@@ -18,6 +18,7 @@
 //! detected by watchdog at work: N, …` (2.3-2.7) and ` failure detected by watchdog at work
 //! sequence id: N PG status: last enqueued work: N, last completed work: N` (2.8+).
 use super::{after, between, event, lead_int, lead_num, Bytes, Put};
+use crate::adapters::value::Scan;
 use crate::adapters::{Label, Record};
 
 /// The watchdog's and heartbeat monitor's lines: phrases with `NCCL` or `watchdog` in them are
@@ -27,12 +28,12 @@ pub(super) fn parse(line: u64, t: &str, b: &Bytes, nccl: bool) -> Option<Record>
     // A message right after its prefix starts with its phrase: no search of the whole line.
     let watchdog = match message {
         Some((_, true)) => false,
-        _ => (b.has(b'w') || b.has(b'W')) && (nccl || b.has(b'R')) && t.contains("atchdog"),
+        _ => (b.has(b'w') || b.has(b'W')) && (nccl || b.has(b'R')) && t.has("atchdog"),
     };
     if let Some(r) = phrases(line, t, nccl, watchdog, message) {
         return Some(r);
     }
-    if b.has(b'B') && t.contains(" monitoredBarrier in ") {
+    if b.has(b'B') && t.has(" monitoredBarrier in ") {
         return barrier(line, t);
     }
     None
@@ -43,7 +44,7 @@ pub(super) fn parse(line: u64, t: &str, b: &Bytes, nccl: bool) -> Option<Record>
 /// text does (`RuntimeError: NCCL communicator was aborted … [Rank 1] Watchdog …`, a bar glued
 /// before the line), the phrases are searched in the whole line.
 fn message(t: &str) -> Option<(&str, bool)> {
-    let start = match (t.find("[Rank "), t.find("[PG ")) {
+    let start = match (t.at("[Rank "), t.at("[PG ")) {
         (Some(a), Some(b)) => a.min(b),
         (Some(a), None) | (None, Some(a)) => a,
         (None, None) => return None,
@@ -64,7 +65,7 @@ fn message(t: &str) -> Option<(&str, bool)> {
 /// The c10d log prefix before position `end`: the first one in `t[..end]`.
 fn prefix(r: &mut Record, t: &str, end: usize) {
     let head = t.get(..end).unwrap_or(t);
-    let start = match (head.find("[Rank "), head.find("[PG ")) {
+    let start = match (head.at("[Rank "), head.at("[PG ")) {
         (Some(a), Some(b)) => a.min(b),
         (Some(a), None) | (None, Some(a)) => a,
         (None, None) => return,
@@ -89,7 +90,7 @@ fn prefix(r: &mut Record, t: &str, end: usize) {
         }
     } else if let Some(id) = pg.strip_prefix("PG ") {
         // `PG 1`, `PG 0 (default_pg)`
-        let (id, desc) = match id.split_once(" (") {
+        let (id, desc) = match id.cut(" (") {
             Some((i, d)) => (i, d.strip_suffix(')')),
             None => (id, None),
         };
@@ -160,7 +161,7 @@ fn sequence(r: &mut Record, after_phrase: &str) {
 fn inner_message(s: &str) -> &str {
     let s = s.trim();
     if s.starts_with("[Rank ") || s.starts_with("[PG ") {
-        if let Some(i) = s.find("] ") {
+        if let Some(i) = s.at("] ") {
             return s[i + 2..].trim_start();
         }
     }
@@ -234,8 +235,7 @@ fn phrases(line: u64, t: &str, nccl: bool, watchdog: bool, message: Option<(&str
     let found = match message {
         Some((m, true)) => STARTS.iter().find(|(s, _)| m.starts_with(s)).and_then(|(s, k)| {
             // `ProcessGroupXCCL's watchdog …` of any backend.
-            let k =
-                if *s == "ProcessGroup" && m.contains("'s watchdog detected a collective timeout") { 16 } else { *k };
+            let k = if *s == "ProcessGroup" && m.has("'s watchdog detected a collective timeout") { 16 } else { *k };
             m.find(PHRASES[k]).map(|i| (k, offset(m) + i))
         }),
         _ => PHRASES.iter().enumerate().find_map(|(k, p)| match GROUPS[k] {
@@ -360,7 +360,7 @@ pub(super) fn desync(line: u64, t: &str) -> Option<Record> {
         Some((ranks.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", "), *ranks.first()?))
     };
     let body = t.trim_start().trim_start_matches("- ").trim_start();
-    if let Some(i) = t.find("] Timeout at collective: ") {
+    if let Some(i) = t.at("] Timeout at collective: ") {
         let open = t[..i].rfind('[')?;
         let rank = super::whole(&t[open + 1..i])?;
         let rest = &t[i + "] Timeout at collective: ".len()..];
@@ -388,7 +388,7 @@ pub(super) fn desync(line: u64, t: &str) -> Option<Record> {
             return Some(r);
         }
         if let Some(seq) = after(body, ", but didn't join collective #") {
-            if body.contains("] finished collective #") {
+            if body.has("] finished collective #") {
                 let (ranks, first) = ranks_in(body)?;
                 let mut r = event(line, "desync_lagging");
                 r.int("rank", first);
@@ -407,7 +407,7 @@ pub(super) fn desync(line: u64, t: &str) -> Option<Record> {
 }
 
 fn barrier(line: u64, t: &str) -> Option<Record> {
-    if let Some(i) = t.find(" failed to pass monitoredBarrier in ") {
+    if let Some(i) = t.at(" failed to pass monitoredBarrier in ") {
         // `Ranks 1, 2 failed to pass monitoredBarrier in 30000 ms`
         let head = &t[..i];
         let list = head.rsplit_once("Ranks ").or_else(|| head.rsplit_once("Rank "))?.1;
@@ -430,13 +430,13 @@ fn barrier(line: u64, t: &str) -> Option<Record> {
 /// (world_size=8, worker_count=4, timeout=0:30:00)` (1.9-2.1), `The client socket has timed out
 /// after 900s while trying to connect to (host, 29500).` (`socket.cpp`, 1.13+).
 pub(super) fn store_or_network(line: u64, t: &str) -> Option<Record> {
-    if !(t.contains("imeout") || t.contains("imed out")) {
+    if !(t.has("imeout") || t.has("imed out")) {
         return None;
     }
     if let Some(rest) = after(t, "Timed out after ") {
         let (secs, rest) = lead_int(rest)?;
         let rest = rest.strip_prefix(" seconds waiting for ")?;
-        let (_, counts) = rest.split_once(". ")?;
+        let (_, counts) = rest.cut(". ")?;
         let (joined, rest) = lead_int(counts)?;
         let (expected, _) = lead_int(rest.strip_prefix('/')?)?;
         let mut r = event(line, "store_timeout");

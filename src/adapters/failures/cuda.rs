@@ -24,6 +24,7 @@
 //!   (`pci`, `xid`, `pid`, `process`, `reason`; drivers before 450 print no pid and name).
 use super::{after, between, event, lead_int, Bytes, Put};
 use crate::adapters::value::size_mib;
+use crate::adapters::value::Scan;
 use crate::adapters::Record;
 
 pub(super) fn parse(line: u64, t: &str, b: &Bytes) -> Option<Record> {
@@ -32,22 +33,22 @@ pub(super) fn parse(line: u64, t: &str, b: &Bytes) -> Option<Record> {
             return Some(r);
         }
     }
-    if b.all(b"E(") && t.contains("cuda runtime error (") || b.all(b"THC") && t.contains("THCudaCheck FAIL") {
+    if b.all(b"E(") && t.has("cuda runtime error (") || b.all(b"THC") && t.has("THCudaCheck FAIL") {
         if let Some(r) = old_error(line, t) {
             return Some(r);
         }
     }
-    if b.all(b"X(") && t.contains("Xid (") {
+    if b.all(b"X(") && t.has("Xid (") {
         if let Some(r) = xid(line, t) {
             return Some(r);
         }
     }
-    if b.all(b"A`") && t.contains("Assertion `") {
+    if b.all(b"A`") && t.has("Assertion `") {
         if let Some(r) = device_assert(line, t) {
             return Some(r);
         }
     }
-    if b.all(b"DA:") && t.contains("memory: you tried to allocate ") {
+    if b.all(b"DA:") && t.has("memory: you tried to allocate ") {
         let (bytes, _) = after(t, "memory: you tried to allocate ").and_then(lead_int)?;
         let mut r = event(line, "cpu_oom");
         r.metric("tried_mib", bytes as f64 / (1024.0 * 1024.0));
@@ -157,8 +158,8 @@ fn error(line: u64, t: &str) -> Option<Record> {
         r.text("reason", reason);
         return Some(r);
     }
-    if let Some(i) = t.find("CUBLAS_STATUS_") {
-        if t[i..].contains(" when calling `") {
+    if let Some(i) = t.at("CUBLAS_STATUS_") {
+        if t[i..].has(" when calling `") {
             return Some(status(event(line, "cuda_error"), &t[i..]));
         }
     }
@@ -184,7 +185,7 @@ fn old_error(line: u64, t: &str) -> Option<Record> {
     }
     if let Some(rest) = after(t, "THCudaCheck FAIL file=") {
         // `THCudaCheck FAIL file=/pytorch/aten/src/THC/THCGeneral.cpp line=383 error=710 : device-side assert triggered`
-        let (file, rest) = rest.split_once(" line=")?;
+        let (file, rest) = rest.cut(" line=")?;
         let (src, rest) = lead_int(rest)?;
         let mut r = event(line, "cuda_error");
         r.text("file", file);
@@ -226,7 +227,7 @@ fn place_of(r: &mut Record, place: &str) {
 
 fn xid(line: u64, t: &str) -> Option<Record> {
     let rest = after(t, "NVRM: Xid (")?;
-    let (pci, rest) = rest.split_once("): ")?;
+    let (pci, rest) = rest.cut("): ")?;
     let (code, rest) = lead_int(rest)?;
     let mut r = event(line, "xid");
     r.text("pci", pci.strip_prefix("PCI:").unwrap_or(pci));
@@ -234,11 +235,11 @@ fn xid(line: u64, t: &str) -> Option<Record> {
     let mut rest = rest.strip_prefix(", ").unwrap_or(rest).trim_start();
     loop {
         if let Some(v) = rest.strip_prefix("pid=") {
-            let (pid, tail) = v.split_once(", ").unwrap_or((v, ""));
+            let (pid, tail) = v.cut(", ").unwrap_or((v, ""));
             r.int_of("pid", pid);
             rest = tail;
         } else if let Some(v) = rest.strip_prefix("name=") {
-            let (name, tail) = v.split_once(", ").unwrap_or((v, ""));
+            let (name, tail) = v.cut(", ").unwrap_or((v, ""));
             if !name.starts_with('<') {
                 r.text("process", name);
             }
@@ -252,7 +253,7 @@ fn xid(line: u64, t: &str) -> Option<Record> {
 }
 
 fn device_assert(line: u64, t: &str) -> Option<Record> {
-    let i = t.find(": block: [")?;
+    let i = t.at(": block: [")?;
     let head = t[..i].trim_start();
     // `FILE:LINE: FUNC` — the first `:digits: ` ends the file.
     let mut split = None;

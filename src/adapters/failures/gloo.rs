@@ -14,6 +14,7 @@
 //! One `gloo_error` each: `file`, `src_line`, `reason` (the message; `connectFullMesh failed` with
 //! gloo's own words in `detail`), `peer`, `timeout_ms`.
 use super::{after, event, lead_int, Put};
+use crate::adapters::value::Scan;
 use crate::adapters::Record;
 
 pub(super) fn parse(line: u64, t: &str) -> Option<Record> {
@@ -27,7 +28,7 @@ pub(super) fn parse(line: u64, t: &str) -> Option<Record> {
         }
         return Some(r);
     }
-    let i = t.find("gloo/")?;
+    let i = t.at("gloo/")?;
     let open = t[..i].rfind('[')?;
     let (file, src, msg) = bracket(&t[open..])?;
     let mut r = event(line, "gloo_error");
@@ -58,10 +59,10 @@ pub(super) fn parse(line: u64, t: &str) -> Option<Record> {
 /// `[enforce fail at FILE:LINE] MSG` or `[FILE:LINE] MSG` at the start of `s`.
 fn bracket(s: &str) -> Option<(&str, i64, &str)> {
     let inner = s.strip_prefix('[')?;
-    let (place, msg) = inner.split_once("] ")?;
+    let (place, msg) = inner.cut("] ")?;
     let place = place.strip_prefix("enforce fail at ").unwrap_or(place);
     let (file, num) = place.rsplit_once(':')?;
-    if !file.contains("gloo") {
+    if !file.has("gloo") {
         return None;
     }
     Some((file, super::whole(num)?, msg))

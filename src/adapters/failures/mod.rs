@@ -19,6 +19,7 @@
 //! `push` is called on every line of every log, so each family is behind a cheap substring
 //! gate. Multi-line states (torchrun's block, a traceback) are bounded.
 use super::{Label, Record, RecordKind};
+use crate::adapters::value::Scan;
 
 mod c10d;
 mod cuda;
@@ -319,13 +320,13 @@ impl Put for Record {
 
 /// What follows the first `pat` in `s`.
 pub(crate) fn after<'a>(s: &'a str, pat: &str) -> Option<&'a str> {
-    s.find(pat).map(|i| &s[i + pat.len()..])
+    s.at(pat).map(|i| &s[i + pat.len()..])
 }
 
 /// What lies between the first `a` and the next `b` after it.
 pub(crate) fn between<'a>(s: &'a str, a: &str, b: &str) -> Option<&'a str> {
     let rest = after(s, a)?;
-    rest.find(b).map(|i| &rest[..i])
+    rest.at(b).map(|i| &rest[..i])
 }
 
 /// A whole integer (optionally negative) and nothing else.

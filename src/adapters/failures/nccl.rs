@@ -18,6 +18,7 @@
 //!   version 2.18.1` (`ncclGetErrorWithVersion`, 1.0 to 2.11), the watchdog's `NCCL error:
 //!   REASON, NCCL version V`, and 1.x's `NCCL Error N: REASON` (`torch/csrc/cuda/nccl.cpp`).
 use super::{after, event, info, lead_int, Put, Read};
+use crate::adapters::value::Scan;
 use crate::adapters::Record;
 
 pub(super) fn parse(line: u64, t: &str) -> Option<Read> {
@@ -108,7 +109,7 @@ fn warn(line: u64, head: &str, msg: &str) -> Record {
     if let Some(t) = transport(msg) {
         r.text("transport", t);
     }
-    if msg.contains("Got completion from peer ") {
+    if msg.has("Got completion from peer ") {
         ib_completion(&mut r, msg);
     }
     r
@@ -189,7 +190,7 @@ fn info_line(line: u64, msg: &str) -> Option<Record> {
         return None;
     };
     // `[ncclCommInitRank ]comm 0x… rank 0 nranks 8 cudaDev 0 [nvmlDev 0 ]busId 1000 [commId 0x…] - Init COMPLETE`
-    let (func, rest) = msg.split_once("comm 0x")?;
+    let (func, rest) = msg.cut("comm 0x")?;
     let mut r = info(line, done);
     let func = func.trim();
     if !func.is_empty() {
@@ -223,7 +224,7 @@ fn info_line(line: u64, msg: &str) -> Option<Record> {
 /// `2.18.1+cuda12.1`
 fn version(line: u64, v: &str) -> Option<Record> {
     let v = v.trim();
-    let (nccl, cuda) = match v.split_once("+cuda") {
+    let (nccl, cuda) = match v.cut("+cuda") {
         Some((n, c)) => (n, Some(c)),
         None => (v, None),
     };
@@ -241,13 +242,13 @@ fn version(line: u64, v: &str) -> Option<Record> {
 
 /// The ring (`00/02 :    0   1   2   3`) or a connection (`00/0 : 0[0] -> 1[1] [send] via NET/IB/0`).
 fn channel(line: u64, rest: &str) -> Option<Record> {
-    let (head, body) = rest.split_once(" : ")?;
+    let (head, body) = rest.cut(" : ")?;
     let (num, of) = match head.split_once('/') {
         Some((n, o)) => (n, Some(o)),
         None => (head, None),
     };
     let channel = super::whole(num)?;
-    if let Some((path, via)) = body.split_once(" via ") {
+    if let Some((path, via)) = body.cut(" via ") {
         let mut r = info(line, "nccl_connection");
         r.int("channel", channel);
         let mut words = path.split_whitespace();
@@ -285,7 +286,7 @@ pub(super) fn error(line: u64, t: &str) -> Option<Record> {
     let mut r = event(line, "nccl_error");
     let rest = if let Some(rest) = after(t, "NCCL error in: ") {
         // `../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1333, unhandled system error …`
-        let (place, rest) = rest.split_once(", ")?;
+        let (place, rest) = rest.cut(", ")?;
         let (file, num) = place.rsplit_once(':')?;
         r.text("file", file);
         r.int_of("src_line", num);

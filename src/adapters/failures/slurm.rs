@@ -19,10 +19,12 @@
 //!   the step tasks have been OOM Killed.`; 18.08-22.05 `Detected 1 oom-kill event(s) in step 123.0
 //!   cgroup. …` / `in StepId=123.0 cgroup.` / `in StepId=123.0.`: `oom_kill` (`oom_kills`, `job_id`, `step_id`).
 use super::{after, event, lead_int, signal_from_words, Bytes, Put};
+use crate::adapters::value::Scan;
 use crate::adapters::Record;
 
 pub(super) fn parse(line: u64, t: &str, b: &Bytes) -> Option<Record> {
-    if b.has(b':') && b.upper() && t.contains("srun") {
+    // srun's own lines begin with its name (the reader took off what wrapped them).
+    if b.has(b':') && b.upper() && t.starts_with("srun") {
         if let Some(rest) = after(t, "srun: error: ") {
             return srun_error(line, rest.trim());
         }
@@ -35,12 +37,12 @@ pub(super) fn parse(line: u64, t: &str, b: &Bytes) -> Option<Record> {
             return Some(r);
         }
     }
-    if b.has(b'*') && t.contains("*** ") {
+    if b.has(b'*') && t.has("*** ") {
         if let Some(r) = stepd(line, t) {
             return Some(r);
         }
     }
-    if b.has(b'D') && t.contains("oom") {
+    if b.has(b'D') && t.has("oom") {
         return oom_kill(line, t);
     }
     None
@@ -59,16 +61,16 @@ fn srun_error(line: u64, rest: &str) -> Option<Record> {
     }
     if let Some(step) = rest.strip_prefix("Task launch for ") {
         // `Task launch for StepId=123.0 failed on node node01: Invalid node name specified`
-        let (step, tail) = step.split_once(" failed on node ")?;
+        let (step, tail) = step.cut(" failed on node ")?;
         let mut r = event(line, "slurm_launch_failed");
         step_id(&mut r, step.trim_start_matches("StepId="));
-        let (host, reason) = tail.split_once(": ").unwrap_or((tail, ""));
+        let (host, reason) = tail.cut(": ").unwrap_or((tail, ""));
         r.text("host", host);
         r.text("reason", reason.trim());
         return Some(r);
     }
     if let Some(job) = rest.strip_prefix("Unable to create step for job ") {
-        let (job, reason) = job.split_once(": ").unwrap_or((job, ""));
+        let (job, reason) = job.cut(": ").unwrap_or((job, ""));
         let mut r = event(line, "slurm_launch_failed");
         r.int_of("job_id", job);
         r.text("reason", reason.trim());
@@ -82,11 +84,11 @@ fn srun_error(line: u64, rest: &str) -> Option<Record> {
         }
     }
     // `NODE: task 3: Exited with exit code 1`, `NODE: tasks 0-3: Killed`
-    let (host, tasks) = match rest.split_once(": tasks ") {
+    let (host, tasks) = match rest.cut(": tasks ") {
         Some(split) => split,
-        None => rest.split_once(": task ")?,
+        None => rest.cut(": task ")?,
     };
-    let (list, what) = tasks.split_once(": ")?;
+    let (list, what) = tasks.cut(": ")?;
     if host.is_empty() || host.contains(' ') || list.is_empty() {
         return None;
     }

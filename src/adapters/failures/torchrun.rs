@@ -18,6 +18,7 @@
 //!   (`rendezvous_timeout`), `RendezvousClosedError`/`RendezvousConnectionError: …`
 //!   (`rendezvous_error`): read as exception lines in `traceback.rs`.
 use super::{after, event, lead_int, signal_name, signal_number, Bytes, Put};
+use crate::adapters::value::Scan;
 use crate::adapters::{Label, Record};
 
 /// A report longer than this is not torchrun's: it ends there.
@@ -25,7 +26,7 @@ const MAX_BLOCK_LINES: u64 = 20_000;
 
 /// `…ChildFailedError:` (the report follows on the next lines).
 pub(super) fn opens(text: &str) -> bool {
-    text.ends_with("ChildFailedError:") && text.contains("ChildFailedError")
+    text.ends_with("ChildFailedError:") && text.has("ChildFailedError")
 }
 
 #[derive(Debug)]
@@ -252,7 +253,7 @@ pub(super) fn parse(line: u64, t: &str, b: &Bytes) -> Option<Record> {
         }
         return Some(r);
     }
-    if (b.all(b"SG") || b.has(b'R')) && t.contains(" signal") {
+    if (b.all(b"SG") || b.has(b'R')) && t.has(" signal") {
         if let Some(rest) = after(t, "Sending process ") {
             // `Sending process 4244 closing signal SIGTERM`
             let (pid, rest) = lead_int(rest)?;
@@ -273,7 +274,7 @@ pub(super) fn parse(line: u64, t: &str, b: &Bytes) -> Option<Record> {
         }
         if let Some(rest) = after(t, "Received ") {
             // `Received 15 death signal, shutting down workers`, `Received Signals.SIGTERM death signal, …`
-            let (sig, _) = rest.split_once(" death signal, shutting down workers")?;
+            let (sig, _) = rest.cut(" death signal, shutting down workers")?;
             let mut r = event(line, "death_signal");
             signal(&mut r, sig.trim_start_matches("Signals."));
             return Some(r);

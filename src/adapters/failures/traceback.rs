@@ -15,6 +15,7 @@
 //! `lib/pythonX.Y/`, `torch/` or `<frozen …>` are not the user's). The state is bounded: a
 //! traceback that does not end within `MAX_LINES` is dropped.
 use super::{event, lead_int, Put};
+use crate::adapters::value::Scan;
 use crate::adapters::{Label, Record};
 
 const OPENER: &str = "Traceback (most recent call last):";
@@ -136,7 +137,7 @@ impl Traceback {
                     self.chain()
                 } else if *blanks == 0
                     && *continuation < MAX_CONTINUATION
-                    && (t.starts_with("nccl") && t.contains("Error: ") || t == "Last error:" || *last_error)
+                    && (t.starts_with("nccl") && t.has("Error: ") || t == "Last error:" || *last_error)
                 {
                     // NCCL's message goes on: `ncclSystemError: …`, `Last error:`, and the error it names.
                     *last_error = t == "Last error:";
@@ -245,7 +246,7 @@ impl Traceback {
 
 /// `/job/train.py", line 12, in main` → (path, 12, main).
 fn parse_frame(s: &str) -> Option<(String, i64, String)> {
-    let (path, rest) = s.split_once("\", line ")?;
+    let (path, rest) = s.cut("\", line ")?;
     let (num, rest) = lead_int(rest)?;
     let func = rest.strip_prefix(", in ").unwrap_or("").trim();
     Some((path.to_string(), num, func.to_string()))
@@ -260,11 +261,11 @@ pub(super) fn user_frame(s: &str) -> Option<(String, i64, String)> {
 fn is_user(path: &str) -> bool {
     let p = path.replace('\\', "/");
     !(p.starts_with('<')
-        || p.contains("site-packages/")
-        || p.contains("dist-packages/")
-        || p.contains("/lib/python")
+        || p.has("site-packages/")
+        || p.has("dist-packages/")
+        || p.has("/lib/python")
         || p.starts_with("torch/")
-        || p.contains("/torch/"))
+        || p.has("/torch/"))
 }
 
 /// The exception line `TYPE: MESSAGE` (or a bare `TYPE`): a dotted identifier whose last part
@@ -280,7 +281,7 @@ pub(crate) fn exception_line(t: &str, lenient: bool) -> Option<(&str, &str)> {
     }
     let plain = ty.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.');
     let first = ty.bytes().next().is_some_and(|b| b.is_ascii_alphabetic() || b == b'_');
-    if !plain || !first || ty.ends_with('.') || ty.contains("..") {
+    if !plain || !first || ty.ends_with('.') || ty.has("..") {
         return None;
     }
     let last = ty.rsplit('.').next().unwrap_or(ty);
@@ -304,7 +305,7 @@ pub(super) fn by_type(line: u64, ty: &str, msg: &str, lenient: bool) -> Option<R
         "DistBackendError" => "dist_backend_error",
         "DistNetworkError" => "dist_network_error",
         "DistStoreError" => {
-            if msg.contains("imeout") || msg.contains("imed out") {
+            if msg.has("imeout") || msg.has("imed out") {
                 "store_timeout"
             } else {
                 "store_error"
