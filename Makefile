@@ -136,11 +136,12 @@ bench-fanout: build
 bench-slurm: build
 	scripts/bench.sh slurm
 
-# The Hugging Face Trainer, for the tests of real Trainer jobs (assets/examples/hf_trainer.py):
-# into the PyTorch venv, once.
+# The Hugging Face Trainer and TRL, for the tests of real Trainer and GRPO jobs
+# (assets/examples/hf_trainer.py, trl_grpo.py): into the PyTorch venv, once. TRL 1.16.0 needs
+# transformers >= 4.56.2, accelerate >= 1.10.1 and pyarrow >= 21, which these pins meet.
 python-deps: $(TORCH_ENV)
-	@$(FD_VENV)/bin/python -c 'import transformers, accelerate, pyarrow' 2>/dev/null || \
-		$(FD_VENV)/bin/pip install --quiet 'transformers==5.25.0' 'accelerate==1.16.0' 'pyarrow==26.0.1'
+	@$(FD_VENV)/bin/python -c 'import transformers, accelerate, pyarrow, trl' 2>/dev/null || \
+		$(FD_VENV)/bin/pip install --quiet 'transformers==5.25.0' 'accelerate==1.16.0' 'pyarrow==26.0.1' 'trl==1.16.0'
 
 # TensorBoard's own writer and loader, for the history reference: into the PyTorch venv, once.
 bench-tensorboard: $(TORCH_ENV)
