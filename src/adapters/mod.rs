@@ -247,7 +247,7 @@ pub struct Skipped {
 pub struct LogReader {
     choice: Choice,
     /// Keyed by the (rank, local rank) a line's prefixes named.
-    failures: Vec<((Option<u32>, Option<u32>), failures::Failures)>,
+    failures: Vec<(StreamRank, failures::Failures)>,
     comms: deepspeed::CommsTable,
     rank_times: megatron::RankTimes,
     /// verl's pprinted `Initial/Final validation metrics` over several lines.
@@ -262,6 +262,9 @@ pub struct LogReader {
     last_host: Option<(u64, bool)>,
     pub skipped: Skipped,
 }
+
+/// The (rank, local rank) a line's prefixes named: whose failure block a line belongs to.
+type StreamRank = (Option<u32>, Option<u32>);
 
 /// pdsh hosts a stream remembers (a launch over more nodes reads the rest whole first).
 const MAX_PDSH_HOSTS: usize = 256;
@@ -498,7 +501,7 @@ impl LogReader {
     }
 
     /// The failure readers' state for the rank a line's prefix named (`None`: no prefix).
-    fn failures_of(&mut self, rank: (Option<u32>, Option<u32>)) -> &mut failures::Failures {
+    fn failures_of(&mut self, rank: StreamRank) -> &mut failures::Failures {
         let at = match self.failures.iter().position(|(r, _)| *r == rank) {
             Some(at) => at,
             None if self.failures.len() < MAX_STREAM_RANKS => {

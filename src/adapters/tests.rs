@@ -225,7 +225,10 @@ proptest::proptest! {
 
 /// Launchers, containers and loggers a rank's lines arrive behind, each with the rank, local
 /// rank and host it names.
-const WRAPPERS: [(&str, &str, Option<i64>, Option<i64>, Option<&str>); 14] = [
+/// (what, prefix, rank, local rank, host).
+type Wrapped = (&'static str, &'static str, Option<i64>, Option<i64>, Option<&'static str>);
+
+const WRAPPERS: [Wrapped; 14] = [
     ("torchrun", "[rank3]:", Some(3), None, None),
     ("torchrun --tee", "[default2]:", None, Some(2), None),
     ("ray actor", "(WorkerDict pid=123, ip=10.0.0.1) ", None, None, Some("10.0.0.1")),

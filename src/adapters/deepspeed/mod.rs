@@ -319,6 +319,7 @@ fn cpu_memory(line: u64, rest: &str) -> Option<Record> {
 mod tests {
     use super::*;
 
+    #[allow(clippy::type_complexity)] // a test's view of a record, spelled out where it is read
     fn metrics(text: &str) -> Option<(RecordKind, Option<u64>, Vec<(String, f64)>)> {
         parse(1, text).map(|r| (r.kind, r.step, r.metrics))
     }

@@ -356,7 +356,7 @@ fn phrases(line: u64, t: &str, nccl: bool, watchdog: bool, message: Option<(&str
 pub(super) fn desync(line: u64, t: &str) -> Option<Record> {
     let ranks_in = |s: &str| -> Option<(String, i64)> {
         let list = s.split(']').next()?.trim_start_matches('[');
-        let ranks: Vec<i64> = list.split(',').map(|w| super::whole(w)).collect::<Option<_>>()?;
+        let ranks: Vec<i64> = list.split(',').map(super::whole).collect::<Option<_>>()?;
         Some((ranks.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", "), *ranks.first()?))
     };
     let body = t.trim_start().trim_start_matches("- ").trim_start();
@@ -456,7 +456,7 @@ pub(super) fn store_or_network(line: u64, t: &str) -> Option<Record> {
     }
     if let Some(rest) = after(t, "Timed out initializing process group in store based barrier on rank") {
         let mut r = event(line, "store_timeout");
-        if let Some((rank, _)) = lead_int(rest.trim_start_matches(|c: char| c == ':' || c == ' ')) {
+        if let Some((rank, _)) = lead_int(rest.trim_start_matches([':', ' '])) {
             r.int("rank", rank);
         }
         for (key, name) in [("world_size=", "world_size"), ("worker_count=", "worker_count")] {

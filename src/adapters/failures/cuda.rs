@@ -206,7 +206,7 @@ fn status(mut r: Record, reason: &str) -> Record {
         let (status, rest) = reason.split_once(' ').unwrap_or((reason, ""));
         r.text("reason", status.trim_end_matches('.'));
         if let Some(func) = after(rest, "when calling `") {
-            let func = func.split(|c: char| c == '(' || c == '`').next().unwrap_or("");
+            let func = func.split(['(', '`']).next().unwrap_or("");
             r.text("func", func.trim());
         }
     } else {

@@ -88,7 +88,7 @@ fn header(r: &mut Record, head: &str, warn: bool) {
     match (tid, pid, host) {
         (Some(tid), Some(pid), Some(host)) if whole(pid) && whole(tid) => {
             // A launcher prefix glued before the host (`…]<stdout>:host`) is not the host.
-            let host = host.rsplit(|c: char| matches!(c, ':' | '>' | ']' | ')')).next().unwrap_or(host);
+            let host = host.rsplit([':', '>', ']', ')']).next().unwrap_or(host);
             r.text("host", host);
             r.int_of("pid", pid);
             r.int_of("tid", tid);

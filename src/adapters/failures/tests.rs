@@ -27,7 +27,8 @@ fn one(line: &str) -> Vec<Record> {
 
 #[test]
 fn each_family_reads_its_lines_into_the_named_event() {
-    let cases: &[(&str, &str, &[(&str, Label)])] = &[
+    type Case<'a> = (&'a str, &'a str, &'a [(&'a str, Label)]);
+    let cases: &[Case] = &[
         (
             "[PG ID 0 PG GUID 0(default_pg) Rank 1] Exception (either an error or timeout) detected by watchdog at work: 808, last enqueued NCCL work: 811, last completed NCCL work: 807.",
             "watchdog_exception",

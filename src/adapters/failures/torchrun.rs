@@ -236,11 +236,9 @@ pub(super) fn parse(line: u64, t: &str, b: &Bytes) -> Option<Record> {
         // `failed (exitcode: 1) local_rank: 0 (pid: 4243) of binary: /usr/bin/python3`
         let mut r = event(line, "elastic_worker_failed");
         exit(&mut r, rest);
-        if let Some(code) = r.label("signal").cloned() {
-            if let Label::Int(n) = code {
-                if let Some(name) = signal_name(n) {
-                    r.text("signal_name", name);
-                }
+        if let Some(Label::Int(n)) = r.label("signal").cloned() {
+            if let Some(name) = signal_name(n) {
+                r.text("signal_name", name);
             }
         }
         let (local, _) = after(rest, "local_rank: ").and_then(lead_int)?;
