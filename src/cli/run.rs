@@ -250,10 +250,10 @@ pub fn progress_line(p: &Progress) -> String {
     let loss = p.loss_mean.map(|l| format!("{l:.4}")).unwrap_or_else(|| "-".into());
     let ms = p.step_time_ms_mean.map(|m| format!("{m:.1} ms/step")).unwrap_or_else(|| "- ms/step".into());
     format!(
-        "{} step {}/{} loss {loss} {ms} ranks {}/{} {}",
+        "{} step {}{} loss {loss} {ms} ranks {}/{} {}",
         p.run,
         p.step,
-        p.steps,
+        if p.steps == 0 { String::new() } else { format!("/{}", p.steps) },
         p.ranks_alive,
         p.world_size,
         p.status.name()

@@ -53,6 +53,16 @@ pub fn status_style(s: RunStatus) -> Style {
     }
 }
 
+/// `step 42/200`, or `step 42` for a run with no planned total (a command's program decides
+/// when it is done: `step 1505/0` read as a bug).
+pub fn step_of(step: u64, planned: u64) -> String {
+    if planned == 0 {
+        format!("step {step}")
+    } else {
+        format!("step {step}/{planned}")
+    }
+}
+
 pub fn dim() -> Style {
     Style::new().add_modifier(Modifier::DIM)
 }
@@ -139,4 +149,13 @@ pub fn truncate(s: &str, n: usize) -> String {
     let mut out: String = s.chars().take(n.saturating_sub(1)).collect();
     out.push('…');
     out
+}
+
+#[cfg(test)]
+mod step_tests {
+    #[test]
+    fn a_run_without_a_planned_total_shows_its_step_alone() {
+        assert_eq!(super::step_of(42, 200), "step 42/200");
+        assert_eq!(super::step_of(1505, 0), "step 1505", "a command's run plans no total");
+    }
 }

@@ -133,7 +133,7 @@ impl App {
                     let mut parts: Vec<(Vec<Span>, u8)> = vec![
                         (vec![Span::styled(r.name.clone(), bold)], 0),
                         (vec![Span::raw(" "), Span::styled(r.status.name(), fmt::status_style(r.status))], 0),
-                        (vec![Span::raw(format!(" · step {}/{}", r.step, r.steps_planned))], 2),
+                        (vec![Span::raw(format!(" · {}", fmt::step_of(r.step, r.steps_planned)))], 2),
                         (vec![Span::raw(format!(" · {} ranks", m.world()))], 6),
                         (ckpts::lineage_spans(r), 4),
                         (gpu::mfu_spans(m), 3),

@@ -157,7 +157,8 @@ pub fn csv_rows(text: &str) -> Vec<(u64, u32, f64)> {
 /// The step a progress line reports (`RUN step 12/60 loss ...`).
 pub fn progress_step(line: &str) -> Option<u64> {
     let rest = line.split(" step ").nth(1)?;
-    rest.split('/').next()?.parse().ok()
+    // `step 42/200`, or `step 42` when no total is planned (a command's run).
+    rest.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
 }
 
 /// Waits until process `pid` has exited (or `timeout_ms` passed): poll(2) on its pidfd.

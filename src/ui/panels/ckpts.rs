@@ -367,7 +367,7 @@ pub fn header(view: &CkptsView) -> Vec<Span<'static>> {
     if let Some(r) = &view.record {
         out.push(Span::raw(format!(" · {} ", r.name)));
         out.push(Span::styled(r.status.name(), fmt::status_style(r.status)));
-        out.push(Span::raw(format!(" · step {}/{}", r.step, r.steps_planned)));
+        out.push(Span::raw(format!(" · {}", fmt::step_of(r.step, r.steps_planned))));
         out.extend(lineage_spans(r));
         out.push(Span::styled(format!(" · {}", r.id), fmt::dim()));
     }
