@@ -79,6 +79,9 @@ pub struct RunScreen {
     pub layout: usize,
     /// The layout was chosen for this run (a key, a pin, or its first snapshot's preference).
     pub layout_set: bool,
+    /// The layout came from the run's kind alone (no key, no pin): a command's run that turns
+    /// out to log an RL trainer's rewards moves to `rl` once.
+    pub layout_auto: bool,
     pub focus: usize,
     pub zoom: bool,
     pub chart: ChartView,
@@ -202,6 +205,27 @@ impl App {
             .unwrap_or(0)
     }
 
+    /// A run whose layout came from its kind alone and that logs an RL trainer's rewards (TRL,
+    /// verl, OpenRLHF through a command) moves to the `rl` layout, once.
+    fn follow_rl_metrics(&mut self) {
+        if !self.run.layout_auto {
+            return;
+        }
+        let Some(m) = &self.run.model else { return };
+        let rl = m.metrics.keys().any(|k| k == "reward" || k.starts_with("rewards/") || k.starts_with("critic/score"));
+        if !rl {
+            return;
+        }
+        self.run.layout_auto = false;
+        if let Some(i) = self.run_layouts().iter().position(|l| l.name == "rl") {
+            if self.run.layout != i {
+                self.run.layout = i;
+                self.run.focus = 0;
+                self.run.zoom = false;
+            }
+        }
+    }
+
     fn compare_layout(&self) -> Option<&LayoutDef> {
         self.layouts.iter().find(|l| l.screen == ScreenKind::Compare)
     }
@@ -320,14 +344,19 @@ impl App {
                     if !self.run.layout_set {
                         self.run.layout = self.preferred_layout(&s.detail.run);
                         self.run.layout_set = true;
+                        self.run.layout_auto = true;
                     }
                     self.run.model = Some(RunModel::from_snapshot(&s));
+                    self.follow_rl_metrics();
                     self.run.error = None;
                     self.ask_parent_loss();
                 }
             }
             DataEvent::Frames { run, node, frames } => match self.run.model.as_mut() {
-                Some(m) if m.state.record.id == run => m.apply_frames(node as usize, &frames),
+                Some(m) if m.state.record.id == run => {
+                    m.apply_frames(node as usize, &frames);
+                    self.follow_rl_metrics();
+                }
                 _ => return false,
             },
             DataEvent::Lagged { run, skipped } => {

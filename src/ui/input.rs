@@ -94,6 +94,7 @@ impl App {
             if i < names.len() {
                 self.run.layout = i;
                 self.run.layout_set = true;
+                self.run.layout_auto = false;
                 self.run.focus = 0;
                 self.run.zoom = false;
             } else {
