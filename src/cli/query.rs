@@ -267,11 +267,23 @@ pub async fn metrics(db: &DbPaths, args: MetricsArgs) -> anyhow::Result<i32> {
     Ok(0)
 }
 
+/// `stop` / `kill`: the run is named as the server names it (a name: its one live run; several
+/// live runs of one name are refused), and the reply says which id was taken.
 pub async fn stop_or_kill(db: &DbPaths, run: &str, kill: bool) -> anyhow::Result<i32> {
-    let req = if kill { Request::Kill { run: run.into() } } else { Request::Stop { run: run.into() } };
+    let runs = match ask(db, Request::ListRuns).await? {
+        Ok(Reply::Runs { runs }) => runs,
+        Ok(other) => anyhow::bail!("unexpected reply to a list of runs: {other:?}"),
+        Err(m) => return refused(&m),
+    };
+    let id = match crate::store::db::pick(&runs, run, crate::store::db::Pick::Live) {
+        Ok(id) => id,
+        Err(e) => return refused(&e.to_string()),
+    };
+    let req = if kill { Request::Kill { run: id.0.clone() } } else { Request::Stop { run: id.0.clone() } };
     match ask(db, req).await? {
         Ok(_) => {
-            println!("{} sent to run {run}", if kill { "kill" } else { "stop" });
+            let named = if id.0 == run { String::new() } else { format!(" ({run})") };
+            println!("{} sent to run {id}{named}", if kill { "kill" } else { "stop" });
             Ok(0)
         }
         Err(m) => refused(&m),

@@ -32,6 +32,8 @@ pub enum StoreError {
     NoSuchRun { query: String },
     #[error("{query:?} matches several runs: {candidates}; give more of the id")]
     Ambiguous { query: String, candidates: String },
+    #[error("{count} live runs are named {query:?}: {candidates}; name one by its id or the id's last part")]
+    AmbiguousName { query: String, count: usize, candidates: String },
     #[error("no sweep matches {query:?}; `flightdeck queue --all` lists them")]
     NoSuchSweep { query: String },
     #[error("{query:?} matches several sweeps: {candidates}; give more of the id")]
@@ -340,6 +342,53 @@ impl Writer {
     }
 }
 
+/// Which run a name means when several share it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pick {
+    /// The newest (reading commands: `show`, `metrics`, `attach`).
+    Newest,
+    /// The one live run of that name, refusing when several are (`stop`, `kill`).
+    Live,
+}
+
+/// The run `query` names among `runs` (oldest first): its whole id, a unique id prefix, the
+/// id's unique last part (`0397` of `20261207T171025-0397`, as users copy it from a list), else
+/// a run name as `pick` says. One rule for the server and the CLI.
+pub fn pick(runs: &[RunRecord], query: &str, pick: Pick) -> Result<RunId, StoreError> {
+    let ambiguous = |ids: Vec<&RunRecord>| StoreError::Ambiguous {
+        query: query.to_string(),
+        candidates: ids.iter().map(|r| r.id.0.as_str()).collect::<Vec<_>>().join(", "),
+    };
+    if let Some(r) = runs.iter().find(|r| r.id.0 == query) {
+        return Ok(r.id.clone());
+    }
+    let by_prefix: Vec<&RunRecord> = runs.iter().filter(|r| r.id.0.starts_with(query)).collect();
+    match by_prefix.len() {
+        1 => return Ok(by_prefix[0].id.clone()),
+        n if n > 1 => return Err(ambiguous(by_prefix)),
+        _ => {}
+    }
+    if !query.is_empty() && query.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        let by_suffix: Vec<&RunRecord> = runs.iter().filter(|r| r.id.0.rsplit('-').next() == Some(query)).collect();
+        match by_suffix.len() {
+            1 => return Ok(by_suffix[0].id.clone()),
+            n if n > 1 => return Err(ambiguous(by_suffix)),
+            _ => {}
+        }
+    }
+    let named: Vec<&RunRecord> = runs.iter().rev().filter(|r| r.name == query).collect();
+    let live: Vec<&RunRecord> = named.iter().copied().filter(|r| r.status.is_live()).collect();
+    match (pick, live.len()) {
+        (Pick::Live, 1) => Ok(live[0].id.clone()),
+        (Pick::Live, count) if count > 1 => Err(StoreError::AmbiguousName {
+            query: query.to_string(),
+            count,
+            candidates: live.iter().map(|r| r.id.0.as_str()).collect::<Vec<_>>().join(", "),
+        }),
+        _ => named.first().map(|r| r.id.clone()).ok_or_else(|| StoreError::NoSuchRun { query: query.to_string() }),
+    }
+}
+
 impl Store {
     pub fn get_run(&self, run: &RunId) -> Result<Option<RunRecord>, StoreError> {
         self.runs.get(run.as_str().as_bytes())?.map(|v| parse("runs", &v)).transpose()
@@ -350,27 +399,22 @@ impl Store {
         self.runs.iter().map(|kv| parse("runs", &kv?.1)).collect()
     }
 
-    /// A full id, a unique id prefix, or a run name (the newest run of that name wins).
+    /// A full id, a unique id prefix, the id's distinctive last part (`0397` of
+    /// `20261207T171025-0397`), or a run name (the newest run of that name wins).
     pub fn resolve(&self, query: &str) -> Result<RunId, StoreError> {
         if self.runs.contains_key(query.as_bytes())? {
             return Ok(RunId(query.to_string()));
         }
-        let by_prefix: Vec<RunId> = self
-            .runs
-            .scan_prefix(query.as_bytes())
-            .keys()
-            .map(|k| k.map(|k| RunId(String::from_utf8_lossy(&k).into_owned())))
-            .collect::<Result<_, _>>()?;
-        match by_prefix.len() {
-            1 => return Ok(by_prefix[0].clone()),
-            n if n > 1 => {
-                let candidates = by_prefix.iter().map(|r| r.0.as_str()).collect::<Vec<_>>().join(", ");
-                return Err(StoreError::Ambiguous { query: query.to_string(), candidates });
-            }
-            _ => {}
+        pick(&self.list_runs()?, query, Pick::Newest)
+    }
+
+    /// `resolve` for a command that changes a run (stop, kill): a name names the one live run
+    /// of that name; when several live runs share it, none is guessed.
+    pub fn resolve_live(&self, query: &str) -> Result<RunId, StoreError> {
+        if self.runs.contains_key(query.as_bytes())? {
+            return Ok(RunId(query.to_string()));
         }
-        let by_name = self.list_runs()?.into_iter().rev().find(|r| r.name == query);
-        by_name.map(|r| r.id).ok_or_else(|| StoreError::NoSuchRun { query: query.to_string() })
+        pick(&self.list_runs()?, query, Pick::Live)
     }
 
     pub fn ranks(&self, run: &RunId) -> Result<Vec<RankInfo>, StoreError> {
@@ -400,5 +444,45 @@ impl Store {
             .collect::<Result<_, _>>()?;
         out.sort_by_key(|v| v.verdict.detected_ms);
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod pick_tests {
+    use super::*;
+
+    fn run(id: &str, name: &str, status: crate::record::RunStatus) -> RunRecord {
+        let meta = crate::record::RunMeta {
+            name: name.into(),
+            recipe_name: "r".into(),
+            recipe_path: "r.toml".into(),
+            recipe_json: "{}".into(),
+            world_size: 1,
+            steps_planned: 1,
+        };
+        let mut r = RunRecord::starting(RunId(id.into()), meta, vec!["local".into()], vec![], None);
+        r.status = status;
+        r
+    }
+
+    #[test]
+    fn a_run_is_named_by_its_id_a_prefix_its_last_part_or_its_name() {
+        use crate::record::RunStatus::*;
+        let runs = vec![
+            run("20261207T171025-0397", "tiny-gpt", Succeeded),
+            run("20261207T171126-a1b2", "tiny-gpt", Running),
+            run("20261207T171227-c3d4", "tiny-gpt", Running),
+            run("20261207T171328-e5f6", "sft", Failed),
+        ];
+        let got = |q: &str, p| pick(&runs, q, p).map(|id| id.0).map_err(|e| e.to_string());
+        assert_eq!(got("20261207T171025-0397", Pick::Newest), Ok("20261207T171025-0397".into()));
+        assert_eq!(got("20261207T1713", Pick::Newest), Ok("20261207T171328-e5f6".into()));
+        assert_eq!(got("0397", Pick::Newest), Ok("20261207T171025-0397".into()), "the distinctive last part");
+        assert_eq!(got("tiny-gpt", Pick::Newest), Ok("20261207T171227-c3d4".into()), "the newest of the name");
+        let e = got("tiny-gpt", Pick::Live).expect_err("two live runs of the name");
+        assert!(e.contains("2 live runs are named \"tiny-gpt\"") && e.contains("20261207T171126-a1b2"), "{e}");
+        assert_eq!(got("sft", Pick::Live), Ok("20261207T171328-e5f6".into()), "none live: the newest (then: not live)");
+        assert!(got("20261207T17", Pick::Newest).expect_err("a shared prefix").contains("matches several runs"));
+        assert!(got("nope", Pick::Newest).expect_err("nothing").contains("no run matches"));
     }
 }

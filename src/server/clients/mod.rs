@@ -111,7 +111,9 @@ async fn answer_with(shared: &Shared, req: Request, progress: Progress) -> anyho
 }
 
 async fn command(shared: &Shared, run: &str, cmd: AgentCommand) -> anyhow::Result<Reply> {
-    let id = resolve(shared, run).await?;
+    let store = shared.store.clone();
+    let q = run.to_string();
+    let id = tokio::task::spawn_blocking(move || store.resolve_live(&q)).await??;
     let tx = lock(&shared.registry).get(&id).map(|l| l.commands.clone());
     match tx {
         Some(tx) => {
