@@ -2,9 +2,14 @@
 
 The agent writes this file into the run directory and puts its folder first on PYTHONPATH of
 every command rank (unless `[command] instrument = false`), so Python imports it at start-up.
-From a daemon thread it never raises into the program, and it does nothing until the program
-has initialised torch.distributed. Then, every FLIGHTDECK_SHIM_INTERVAL_MS (default 1000), it
-reads the recorder's status (`_dump_fr_trace(False, False)`: each group's last enqueued and
+It never raises into the program, and it imports nothing and starts no thread until the program
+initialises torch.distributed: it wraps `init_process_group` as `torch.distributed.
+distributed_c10d` is imported, and when that returns it makes the first full dump in the
+program's own thread (so whatever the dumps import is imported there) and only then starts its
+threads. A thread of ours that imported while the program imports can deadlock Python's module
+locks into a partially initialised module (`cannot import name ... from partially initialized
+module 'torch._inductor.utils'`): a tool that observes must never change the outcome. From a
+daemon thread, every FLIGHTDECK_SHIM_INTERVAL_MS (default 1000), it reads the recorder's status (`_dump_fr_trace(False, False)`: each group's last enqueued and
 completed sequence, microseconds) and writes
 
 - the full dump (a *full* tick): the flight recorder's `torch._C._distributed_c10d.
@@ -20,7 +25,8 @@ completed sequence, microseconds) and writes
 - else, when the status moved, the status alone into shim_rank_<RANK>.pkl (progress for hang
   detection; the agent names its groups from the full dumps before it);
 - and what the shim has cost the rank into shim_rank_<RANK>.cost.json after each full dump and
-  at exit ({"wall_ms": since torch.distributed was up, "thread_cpu_ms": its thread's CPU time,
+  at exit ({"wall_ms": since torch.distributed was up, "thread_cpu_ms": its thread's CPU time and that of the
+  first and last dumps, made in the program's thread,
   "full_dumps", "full_cpu_ms"}), so its share of the rank's time is a division, not a guess.
 
 A full dump of a 2000-entry ring pickles every entry with its frames (17 to 28 ms and 250 KB on
@@ -30,6 +36,8 @@ temporary file and renamed, so a reader never sees half a file. A rank blocked
 in a collective still dumps: PyTorch releases the GIL while it waits. It also answers on the
 Unix socket FLIGHTDECK_SHIM_DIR/shim_rank_<RANK>.sock (RANK is torch.distributed.get_rank()), one line per request: "dump" (write both
 now; replies with their paths), "stacks" (replies with the stacks JSON), "ping" ("pong").
+
+`destroy_process_group()` makes one last full dump before the groups are gone.
 
 Under `[command] launcher = "torchrun"` (FLIGHTDECK_LAUNCHER=torchrun) it also asks Linux to
 SIGKILL the process when its parent dies (PR_SET_PDEATHSIG): torchrun starts each rank in a
@@ -43,6 +51,9 @@ import sys
 
 
 def _flightdeck_shim():
+    """The flight-recorder dumps and the socket: `{module name: patch}` for `_flightdeck_finder`."""
+    import atexit
+    import functools
     import json
     import socket
     import threading
@@ -51,7 +62,7 @@ def _flightdeck_shim():
 
     out = os.environ.get("FLIGHTDECK_SHIM_DIR")
     if not out:
-        return
+        return {}
     interval_s = max(0.05, int(os.environ.get("FLIGHTDECK_SHIM_INTERVAL_MS", "1000")) / 1000.0)
     full_every_s = max(interval_s, int(os.environ.get("FLIGHTDECK_SHIM_FULL_EVERY_MS", "5000")) / 1000.0)
     budget = max(0.0001, float(os.environ.get("FLIGHTDECK_SHIM_BUDGET_PCT", "0.2")) / 100.0)
@@ -121,43 +132,48 @@ def _flightdeck_shim():
         except Exception:
             pass
 
-    def periodic():
-        import atexit
+    def account(ours):
+        if ours:
+            where["shim_cpu_ms"] = time.thread_time() * 1000.0
+        cost["thread_cpu_ms"] = round(where["program_cpu_ms"] + where["shim_cpu_ms"], 3)
 
-        atexit.register(at_exit)
+    def full_dump(ours=True):
+        """A full dump, accounted: the first and the last run in the program's thread (`ours`
+        false), the rest in the shim's, whose CPU time is counted with theirs."""
+        cpu = time.thread_time()
+        dump()
+        took_s = time.thread_time() - cpu
+        if not ours:
+            where["program_cpu_ms"] += took_s * 1000.0
+        cost["full_dumps"] += 1
+        cost["full_cpu_ms"] = round(cost["full_cpu_ms"] + took_s * 1000.0, 3)
+        account(ours)
+        with lock:
+            put_cost()
+        return took_s
+
+    def periodic(first):
         complained = False
         # The status at the last tick, at the last full dump, when that was, and how long until
         # the next periodic one (longer when a dump costs more than the budget allows).
-        last, dumped, dumped_at, full_s = None, None, 0.0, full_every_s
+        last, dumped, dumped_at, full_s = first, first, time.monotonic(), full_every_s
         while True:
             time.sleep(interval_s)
             if not distributed():
-                continue
-            if not where:
-                rank = str(sys.modules["torch.distributed"].get_rank())
-                where.update(rank=rank, stem=os.path.join(out, "shim_rank_" + rank), since=time.monotonic())
-                threading.Thread(target=serve, name="flightdeck-shim-socket", daemon=True).start()
+                continue  # destroyed (or re-initialising)
             try:
                 c10d = sys.modules["torch"]._C._distributed_c10d
                 status = c10d._dump_fr_trace(False, False)
                 now = time.monotonic()
                 stalled = status == last and status != dumped
                 if dumped is None or stalled or now - dumped_at >= full_s:
-                    cpu = time.thread_time()
-                    dump()
-                    took_s = time.thread_time() - cpu
-                    full_s = max(full_every_s, took_s / budget)
+                    full_s = max(full_every_s, full_dump() / budget)
                     dumped, dumped_at = status, now
-                    cost["full_dumps"] += 1
-                    cost["full_cpu_ms"] = round(cost["full_cpu_ms"] + took_s * 1000.0, 3)
-                    cost["thread_cpu_ms"] = round(time.thread_time() * 1000.0, 3)
-                    with lock:
-                        put_cost()
                 elif status != last:
                     with lock:
                         put(where["stem"] + ".pkl", status)
                 last = status
-                cost["thread_cpu_ms"] = round(time.thread_time() * 1000.0, 3)
+                account(True)
             except Exception:
                 if not complained:
                     complained = True
@@ -196,8 +212,61 @@ def _flightdeck_shim():
                     except OSError:
                         pass
 
-    os.makedirs(out, exist_ok=True)
-    threading.Thread(target=periodic, name="flightdeck-shim", daemon=True).start()
+    def start():
+        """Once torch.distributed is up, in the thread that brought it up: the first full dump
+        here, then the threads, which from then on only call what this call has imported."""
+        if where or not distributed():
+            return
+        rank = str(sys.modules["torch.distributed"].get_rank())
+        where.update(rank=rank, stem=os.path.join(out, "shim_rank_" + rank), since=time.monotonic(), program_cpu_ms=0.0, shim_cpu_ms=0.0)
+        os.makedirs(out, exist_ok=True)
+        atexit.register(at_exit)
+        first = sys.modules["torch"]._C._distributed_c10d._dump_fr_trace(False, False)
+        full_dump(ours=False)
+        threading.Thread(target=periodic, args=(first,), name="flightdeck-shim", daemon=True).start()
+        threading.Thread(target=serve, name="flightdeck-shim-socket", daemon=True).start()
+
+    def last_dump():
+        """Before `destroy_process_group()` takes the groups (and their records) away."""
+        if where and distributed():
+            full_dump(ours=False)
+
+    def hooked(module, name, before, after):
+        original = getattr(module, name, None)
+        if original is None or getattr(original, "__flightdeck__", False):
+            return
+
+        @functools.wraps(original)
+        def wrapper(*args, **kwargs):
+            if before is not None and not args and kwargs.get("group") is None:
+                quietly(before)
+            result = original(*args, **kwargs)
+            if after is not None:
+                quietly(after)
+            return result
+
+        wrapper.__flightdeck__ = True
+        setattr(module, name, wrapper)
+        # `torch.distributed` copied the names before this patch when it was imported first.
+        package = sys.modules.get("torch.distributed")
+        if package is not None and getattr(package, name, None) is original:
+            setattr(package, name, wrapper)
+
+    complaints = []
+
+    def quietly(fn):
+        try:
+            fn()
+        except Exception:
+            if not complaints:
+                complaints.append(True)
+                sys.stderr.write("flightdeck shim: dump failed (training on):\n" + traceback.format_exc())
+
+    def c10d(module):
+        hooked(module, "init_process_group", None, start)
+        hooked(module, "destroy_process_group", last_dump, None)
+
+    return {"torch.distributed.distributed_c10d": c10d}
 
 
 def _flightdeck_writers():
@@ -211,8 +280,7 @@ def _flightdeck_writers():
     """
     path = os.environ.get("FLIGHTDECK_TELEMETRY")
     if not path or os.environ.get("FLIGHTDECK_SHIM_WRITERS", "1") == "0":
-        return
-    import importlib.util
+        return {}
     import json
     import math
     import socket
@@ -332,11 +400,24 @@ def _flightdeck_writers():
         "wandb.sdk.wandb_run": lambda m: wrap(m.Run, "log", "wandb", wandb_log),
     }
 
-    def patched(name, module):
-        try:
-            patches[name](module)
-        except Exception as e:
-            sys.stderr.write("flightdeck shim: %s not wrapped (%r); its metrics come from its printed lines\n" % (name, e))
+    def quiet(name, patch):
+        def patched(module):
+            try:
+                patch(module)
+            except Exception as e:
+                sys.stderr.write("flightdeck shim: %s not wrapped (%r); its metrics come from its printed lines\n" % (name, e))
+
+        return patched
+
+    return {name: quiet(name, patch) for name, patch in patches.items()}
+
+
+def _flightdeck_finder(patches):
+    """Patches each module of `patches` ({name: patch(module)}) right after it has run, before
+    its importer sees it; one found already is patched now."""
+    if not patches:
+        return
+    import importlib.util
 
     class Finder:
         """Finds a patched module with the other finders, and patches it once it has run."""
@@ -360,14 +441,14 @@ def _flightdeck_writers():
 
             def exec_module(module):
                 run(module)
-                patched(name, module)
+                patches[name](module)
 
             loader.exec_module = exec_module
             return spec
 
     for name in patches:
         if name in sys.modules:
-            patched(name, sys.modules[name])
+            patches[name](sys.modules[name])
     sys.meta_path.insert(0, Finder())
 
 
@@ -407,8 +488,7 @@ def _chain():
 
 try:
     _die_with_parent()
-    _flightdeck_shim()
-    _flightdeck_writers()
+    _flightdeck_finder({**_flightdeck_shim(), **_flightdeck_writers()})
 except Exception as _e:
     sys.stderr.write("flightdeck shim: off (%r); the program runs uninstrumented\n" % (_e,))
 _chain()

@@ -27,11 +27,17 @@ pub fn judge(ranks: &BTreeMap<u32, RankState>, since_ms: u64, now_ms: u64) -> Op
     let groups = groups(&dumps);
     let findings: Vec<Finding> = groups.iter().filter_map(|g| examine(g, &dumps, ranks)).collect();
     // A mismatch first: it explains the hang that follows it. Then the most specific group
-    // (fewest members) whose culprit is idle, then a group stuck as a whole.
+    // (fewest members) whose culprit is idle and, of groups as specific, the one waited on
+    // longest: a rank asleep before its TP all-reduce holds its TP peer first, and its FSDP
+    // peer only later, at the next block's all-gather. Then a group stuck as a whole.
+    let waited_since = |f: &Finding| f.reference.map_or(u64::MAX, |e| e.created_ns);
     let pick = findings
         .iter()
         .find(|f| f.kind == VerdictKind::Mismatch)
-        .or_else(|| findings.iter().filter(|f| f.kind == VerdictKind::NeverEntered).min_by_key(|f| f.members.len()))
+        .or_else(|| {
+            let never = findings.iter().filter(|f| f.kind == VerdictKind::NeverEntered);
+            never.min_by_key(|f| (f.members.len(), waited_since(f)))
+        })
         .or_else(|| findings.iter().find(|f| f.kind == VerdictKind::StuckInCollective))?;
     Some(pick.verdict(ranks, &dumps, since_ms, now_ms))
 }
