@@ -192,14 +192,13 @@ impl Scan for str {
         if !may_hold(self, needle) {
             return None;
         }
-        self.find(needle)
+        memchr::memmem::find(self.as_bytes(), needle.as_bytes())
     }
 
     fn cut<'a>(&'a self, needle: &str) -> Option<(&'a str, &'a str)> {
-        if !may_hold(self, needle) {
-            return None;
-        }
-        self.split_once(needle)
+        // A match of a whole `str` starts and ends on char boundaries.
+        let at = self.at(needle)?;
+        Some((&self[..at], &self[at + needle.len()..]))
     }
 }
 

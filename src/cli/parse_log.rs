@@ -30,7 +30,7 @@ pub fn parse_log(args: ParseLogArgs) -> anyhow::Result<i32> {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
     let mut write = |r: &Record| -> std::io::Result<()> {
-        serde_json::to_writer(&mut out, &crate::adapters::json::to_json(r))?;
+        crate::adapters::json::write(&mut out, r)?;
         out.write_all(b"\n")
     };
     if let Some(at) = args.explain {
