@@ -135,16 +135,23 @@ fn plain_line<'a>(text: &'a str, bytes: &ByteSet) -> Cleaned<'a> {
     } else {
         Cow::Borrowed(text)
     };
-    let start = strip_wrappers(&text, &mut origin);
+    let (start, host_at_start) = strip_wrappers(&text, &mut origin);
     let (from, to) = if bytes.has(b'\r') { last_redraw(&text, start) } else { (start, text.len()) };
     if from > start {
         origin.taken.push(Wrapper::Redraw);
     }
     let body = ray_repeats(text[from..to].trim_end());
     // A redraw may itself begin with a wrapper (each redraw of a bar printed through a logger).
-    let inner = if from > start { strip_wrappers(body, &mut origin) } else { 0 };
-    let (start, end) = (from + inner, from + body.len());
-    let host_cut = pdsh_host(&text[start..end]).map(|(cut, _)| cut);
+    let inner = if from > start { strip_wrappers(body, &mut origin).0 } else { 0 };
+    let (message_start, end) = (from + inner, from + body.len());
+    // `strip_wrappers` looked for the host where the message starts: its answer holds for the
+    // message (a shorter slice of the same bytes) when the cut lies within it; no host at the
+    // longer text is none at the shorter.
+    let host_cut = match host_at_start {
+        Some(known) if message_start == start => known.filter(|cut| start + cut <= end),
+        _ => pdsh_host(&text[message_start..end]).map(|(cut, _)| cut),
+    };
+    let start = message_start;
     let text = match text {
         Cow::Borrowed(t) => Cow::Borrowed(&t[start..end]),
         Cow::Owned(t) if start == 0 && end == t.len() => Cow::Owned(t),
@@ -226,7 +233,9 @@ fn last_redraw(text: &str, start: usize) -> (usize, usize) {
 
 /// Takes wrappers off the start of `text`, outermost first, noting what they said; returns the
 /// offset where the message starts.
-fn strip_wrappers(text: &str, origin: &mut Origin) -> usize {
+/// Takes the wrappers off the start of `text`: where the message starts, and, when it was
+/// looked for there, the cut after a pdsh `host: ` candidate at that start (`Some(None)`: none).
+fn strip_wrappers(text: &str, origin: &mut Origin) -> (usize, Option<Option<usize>>) {
     let mut at = 0;
     for _ in 0..MAX_WRAPPERS {
         let rest = &text[at..];
@@ -236,16 +245,16 @@ fn strip_wrappers(text: &str, origin: &mut Origin) -> usize {
             continue;
         }
         // pdsh's `host: ` is certain when another wrapper follows it (`worker-0: [rank3]:`).
-        let Some((cut, host)) = pdsh_host(rest) else { break };
+        let Some((cut, host)) = pdsh_host(rest) else { return (at, Some(None)) };
         let mut inner = Origin::default();
         if wrapper(&rest[cut..], &mut inner).is_none() {
-            break;
+            return (at, Some(Some(cut)));
         }
         origin.host.get_or_insert_with(|| host.to_string());
         origin.taken.push(Wrapper::Pdsh);
         at += cut;
     }
-    at
+    (at, None)
 }
 
 /// The wrapper at the start of `s`, if any: its length (with the one space after it) and kind.
