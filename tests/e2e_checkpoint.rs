@@ -95,6 +95,13 @@ fn stop_then_resume_gives_the_straight_runs_losses_bit_for_bit() {
     let stop_step = list.last().expect("the stop saved a checkpoint")["step"].as_u64().unwrap();
     assert!(list.iter().all(|c| c["verified"] == true), "{ckpts}");
     assert_eq!(ckpts["latest"], stop_step);
+    // The table lists newest first, as the cockpit does (the JSON keeps oldest first).
+    let table = String::from_utf8_lossy(&db.run(&["ckpts", &parent]).stdout).to_string();
+    let steps: Vec<u64> =
+        table.lines().skip(2).filter_map(|l| l.split_whitespace().next().and_then(|s| s.parse().ok())).collect();
+    let mut newest_first: Vec<u64> = list.iter().map(|c| c["step"].as_u64().unwrap()).collect();
+    newest_first.reverse();
+    assert_eq!(steps, newest_first, "{table}");
     let stopped = loss_bits(&db, &parent);
     assert_eq!(stopped.len() as u64, stop_step * 2);
     assert!(stopped.iter().all(|(k, v)| straight[k] == *v), "the stopped run's own steps match the straight run");

@@ -262,5 +262,15 @@ fn every_point_of_every_rank_comes_back_from_each_format_and_a_lineage_is_one_se
     bad(&["export", "nope", "--format", "csv", "--out", fresh], "nope");
     assert!(!Path::new(fresh).exists(), "a refused export writes nothing");
     bad(&["export", &parent, "--format", "csv", "--out", csv.to_str().unwrap()], "is not empty");
+    bad(&["export", &parent, &child, "--format", "csv"], "--out DIR is needed to export 2 runs");
+
+    // Without --out, one run goes where the cockpit's `E` puts it: NAME-ID-FORMAT, here.
+    let here = out.path().join("here");
+    std::fs::create_dir_all(&here).unwrap();
+    let o = db.cmd(&["export", &parent, "--format", "jsonl"]).current_dir(&here).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let name = db.json(&["show", &parent, "--json"])["run"]["name"].as_str().unwrap().to_string();
+    let dir = here.join(format!("{name}-{parent}-jsonl"));
+    assert!(dir.join("metrics.jsonl").is_file(), "{}", String::from_utf8_lossy(&o.stdout));
     db.finish();
 }

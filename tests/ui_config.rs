@@ -70,6 +70,8 @@ fn invalid_keymaps_are_refused_with_file_place_and_choices() {
     Keymap::parse("keymap.toml", DEFAULT_KEYMAP).expect("the default keymap");
     let e = keymap_err("[keys]\nfly = [\"f\"]\n");
     assert!(e.starts_with("keymap.toml: [keys] fly: unknown action; valid actions: quit, back, help,"), "{e}");
+    let e = keymap_err("[keys]\nzom = [\"f\"]\n");
+    assert!(e.starts_with("keymap.toml: [keys] zom: unknown action (did you mean zoom?); valid actions:"), "{e}");
     let e = keymap_err("[keys]\nup = [\"k\"]\ndown = [\"k\"]\n");
     assert_eq!(e, "keymap.toml: [keys] up: key \"k\" is already bound to down; a key does one thing");
     let e = keymap_err("[keys]\nup = [\"ctl-x\"]\n");

@@ -505,3 +505,24 @@ fn a_grpo_run_opens_on_the_rl_layout() {
         insta::assert_snapshot!(format!("run_rl_{}x{}", size.0, size.1), screen);
     }
 }
+
+/// The Checkpoints footer offers to stop the run only while it is live (a finished run's
+/// footer above has no `X stop run`).
+#[test]
+fn the_checkpoints_footer_offers_stop_only_for_a_live_run() {
+    let mut runs = runs();
+    for r in &mut runs {
+        r.status = flightdeck::record::RunStatus::Running;
+    }
+    let now = end_ms(&runs);
+    let mut app = app(Start::Home, (160, 48), now);
+    app.on_data(DataEvent::Runs(runs.clone()));
+    keys(&mut app, "C");
+    assert!(draw(&app).contains("X stop run"), "{}", draw(&app));
+    // The run ends while the screen is open: the polled list says so, and the offer goes.
+    for r in &mut runs {
+        r.status = flightdeck::record::RunStatus::Succeeded;
+    }
+    app.on_data(DataEvent::Runs(runs));
+    assert!(!draw(&app).contains("stop run"), "{}", draw(&app));
+}

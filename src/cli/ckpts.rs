@@ -36,7 +36,8 @@ pub async fn ckpts(db: &DbPaths, run: &str, json: bool, verify: bool) -> anyhow:
         return Ok(0);
     }
     println!("{:>8} {:>9} {:>10} {:>8} {:>10} {:>10}  VERIFIED", "STEP", "LOSS", "SIZE", "AGE", "BLOCKED", "WRITE");
-    for c in &list {
+    // Newest first, as the cockpit lists them (the JSON keeps the server's order, oldest first).
+    for c in list.iter().rev() {
         let loss = c.loss.map(|l| format!("{l:.4}")).unwrap_or_else(|| "-".into());
         let verdict = match (&c.problem, c.verified) {
             (_, true) => format!("yes ({})", c.checked),

@@ -14,9 +14,10 @@ pub struct ExportArgs {
     /// The file format.
     #[arg(long, value_enum)]
     pub format: FormatArg,
-    /// The directory to write into: made if missing, refused unless empty.
+    /// The directory to write into: made if missing, refused unless empty. Without it, one
+    /// run goes to NAME-ID-FORMAT in the current directory, as the cockpit's `E` names it.
     #[arg(long)]
-    pub out: PathBuf,
+    pub out: Option<PathBuf>,
     /// Only these metrics, comma-separated (default: every metric of the runs).
     #[arg(long, value_delimiter = ',')]
     pub metrics: Vec<String>,
@@ -52,15 +53,20 @@ impl From<FormatArg> for Format {
 }
 
 pub async fn export(db: &DbPaths, args: ExportArgs) -> anyhow::Result<i32> {
-    let req = ExportRequest {
-        runs: args.runs,
-        format: args.format.into(),
-        out: args.out,
-        metrics: args.metrics,
-        ranks: args.ranks,
-        lineage: args.lineage,
-    };
+    let format: Format = args.format.into();
     let mut c = Client::connect(db).await?;
+    let out = match args.out {
+        Some(out) => out,
+        None => match default_out(&mut c, &args.runs, format).await? {
+            Ok(out) => out,
+            Err(why) => {
+                eprintln!("flightdeck: export: {why}");
+                return Ok(EXIT_BAD_INPUT);
+            }
+        },
+    };
+    let req =
+        ExportRequest { runs: args.runs, format, out, metrics: args.metrics, ranks: args.ranks, lineage: args.lineage };
     match export::export(&mut c, &req).await {
         Ok(done) => {
             println!("{}", done.summary(&req.out));
@@ -75,4 +81,26 @@ pub async fn export(db: &DbPaths, args: ExportArgs) -> anyhow::Result<i32> {
         }
         Err(Failure::Failed(e)) => Err(e),
     }
+}
+
+/// Where one run exports without `--out`: the cockpit's `NAME-ID-FORMAT`, the run named as
+/// every reading command names it (the newest of a name). Several runs need `--out`.
+async fn default_out(c: &mut Client, runs: &[String], format: Format) -> anyhow::Result<Result<PathBuf, String>> {
+    let [query] = runs else {
+        return Ok(Err(format!("--out DIR is needed to export {} runs as one set", runs.len())));
+    };
+    let list = match c.request(&crate::protocol::Request::ListRuns).await? {
+        crate::protocol::Reply::Runs { runs } => runs,
+        crate::protocol::Reply::Error { message } => return Ok(Err(message)),
+        other => anyhow::bail!("unexpected reply to a list of runs: {other:?}"),
+    };
+    let id = match crate::store::db::pick(&list, query, crate::store::db::Pick::Newest) {
+        Ok(id) => id,
+        Err(e) => return Ok(Err(e.to_string())),
+    };
+    Ok(list
+        .iter()
+        .find(|r| r.id == id)
+        .map(|run| crate::ui::out_dir(run, format.name()))
+        .ok_or_else(|| format!("no run matches {query:?}")))
 }

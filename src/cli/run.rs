@@ -61,6 +61,12 @@ pub async fn run(db: &DbPaths, args: RunArgs) -> anyhow::Result<i32> {
             return Ok(EXIT_BAD_INPUT);
         }
     };
+    if recipe.is_local() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if let Some(warning) = oversubscribed(recipe.cluster.ranks_per_node, cores) {
+            eprintln!("flightdeck: {warning}");
+        }
+    }
     use std::io::IsTerminal;
     let cockpit = !args.headless && std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
     if !args.headless && !cockpit {
@@ -90,6 +96,18 @@ pub async fn run(db: &DbPaths, args: RunArgs) -> anyhow::Result<i32> {
         return crate::ui::run(db, crate::ui::Start::Open(run.0.clone())).await;
     }
     follow(db, client, &run).await
+}
+
+/// A warning when a local run puts more ranks on this machine than it has cores: it runs, but
+/// every rank's steps share the cores, and the step times say more about the machine than the
+/// run (a straggler verdict then blames the scheduler).
+fn oversubscribed(ranks: u32, cores: usize) -> Option<String> {
+    let cores_u32 = u32::try_from(cores).unwrap_or(u32::MAX).max(1);
+    (ranks > cores_u32).then(|| {
+        format!(
+            "{ranks} ranks on this machine's {cores} cores: they take turns, so steps are slower and              step times noisier; `--ranks-per-node {cores}` (or cluster.ranks_per_node) gives each a core"
+        )
+    })
 }
 
 /// Follows a run headless: a progress line about once a second, each verdict once as it
@@ -263,4 +281,17 @@ pub fn progress_line(p: &Progress) -> String {
 /// `RUN verdict never-entered after 5.1 s: rank 1 (local, pid 4121) never entered ...`.
 pub fn verdict_line(run: &crate::ids::RunId, v: &crate::protocol::Verdict) -> String {
     format!("{run} verdict {} after {:.1} s: {}", v.kind.name(), v.duration_ms() as f64 / 1e3, v.summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::oversubscribed;
+
+    #[test]
+    fn more_local_ranks_than_cores_is_said_and_as_many_is_not() {
+        assert_eq!(oversubscribed(2, 2), None);
+        assert_eq!(oversubscribed(1, 16), None);
+        let w = oversubscribed(64, 2).expect("a warning");
+        assert!(w.starts_with("64 ranks on this machine's 2 cores") && w.contains("--ranks-per-node 2"), "{w}");
+    }
 }

@@ -14,6 +14,7 @@ mod validate;
 
 pub use error::{ErrorKind, RecipeError};
 pub use sweep::{load_sweep, SweepPlan};
+pub use tree::did_you_mean;
 pub use validate::{load_file, parse_str};
 
 use serde::{Deserialize, Serialize};

@@ -181,8 +181,9 @@ fn unknown_in(table: &str, key: &str) -> String {
     format!("unknown key {table}.{key}{hint}; valid keys in [{table}]: {}", key_names(keys))
 }
 
-/// ` (did you mean X?)` for the closest name within two edits, else empty.
-fn did_you_mean<'a>(key: &str, names: impl Iterator<Item = &'a str>) -> String {
+/// ` (did you mean X?)` for the closest name within two edits, else empty (recipe keys, keymap
+/// actions).
+pub fn did_you_mean<'a>(key: &str, names: impl Iterator<Item = &'a str>) -> String {
     names
         .map(|n| (edit_distance(key, n), n))
         .filter(|(d, _)| *d <= 2)

@@ -105,7 +105,8 @@ impl Keymap {
             let place = format!("[keys] {name}");
             let action = Action::from_name(&name).ok_or_else(|| {
                 let valid: Vec<&str> = Action::ALL.iter().map(|a| a.name()).collect();
-                ConfigError::invalid(file, &place, format!("unknown action; valid actions: {}", valid.join(", ")))
+                let hint = crate::recipe::did_you_mean(&name, valid.iter().copied());
+                ConfigError::invalid(file, &place, format!("unknown action{hint}; valid actions: {}", valid.join(", ")))
             })?;
             for key in &keys {
                 let chord = Chord::parse(key)

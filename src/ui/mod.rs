@@ -18,6 +18,7 @@ pub mod layout;
 pub mod model;
 pub mod panels;
 mod results;
+pub use results::out_dir;
 mod resume;
 pub mod series;
 pub mod term;

@@ -178,6 +178,13 @@ impl App {
         Paragraph::new(line).render(area, buf);
     }
 
+    /// Whether the run whose checkpoints are listed is live, by the runs list when it has the
+    /// run (polled), else by the record the screen was opened with.
+    fn ckpts_run_live(&self) -> bool {
+        let Some(r) = &self.ckpts.record else { return false };
+        self.home.runs.iter().find(|h| h.id == r.id).map_or(r.status, |h| h.status).is_live()
+    }
+
     fn hints(&self) -> String {
         let k = |a: Action| self.keymap.hint(a).to_string();
         let pairs: Vec<(String, &str)> = match self.screen {
@@ -212,14 +219,20 @@ impl App {
             Screen::Compare => {
                 vec![(k(Action::Sort), "sort"), (k(Action::ToggleLogY), "log-y"), (k(Action::Back), "back")]
             }
-            Screen::Checkpoints => vec![
-                (k(Action::Help), "help"),
-                (k(Action::Down), "select"),
-                (k(Action::Resume), "resume from selected"),
-                (k(Action::Verify), "verify"),
-                (k(Action::Stop), "stop run"),
-                (k(Action::Back), "back"),
-            ],
+            Screen::Checkpoints => {
+                let mut pairs = vec![
+                    (k(Action::Help), "help"),
+                    (k(Action::Down), "select"),
+                    (k(Action::Resume), "resume from selected"),
+                    (k(Action::Verify), "verify"),
+                ];
+                // Stopping is offered only while there is something to stop.
+                if self.ckpts_run_live() {
+                    pairs.push((k(Action::Stop), "stop run"));
+                }
+                pairs.push((k(Action::Back), "back"));
+                pairs
+            }
         };
         // When narrow, the help key and the way out (the last pair) stay; the middle goes first.
         let last = pairs.len().saturating_sub(1);
