@@ -321,6 +321,16 @@ fn a_python_command_rank_reports_over_json_lines() {
     assert_eq!(rows[&(5, 1)], 3.0, "rank 1's loss at step 5 is 10/5 + 1");
     let show = db.json(&["show", "py", "--json"]);
     assert!(show["events"].as_array().unwrap().iter().all(|e| e["kind"] != "bad_frame"), "{show}");
+    // A command job has no checkpoint of Flightdeck's: resume says so, not that a stop was missed.
+    for args in [&["resume", "py", "--headless"][..], &["resume", "py", "--headless", "--set", "train.steps=9"]] {
+        let o = db.run(args);
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success() && e.contains("a command job's checkpoints are its program's own"),
+            "{args:?}: {e}"
+        );
+        assert!(!e.contains("did not get"), "{args:?}: {e}");
+    }
     db.finish();
 }
 

@@ -194,7 +194,7 @@ fn stop_asks_first_and_checkpoints_keep_the_run_open() {
     app.on_data(DataEvent::Snapshot(Box::new(snap)));
     app.effects.take();
     typed(&mut app, "X");
-    assert!(matches!(app.overlay, Some(Overlay::ConfirmStop { .. })));
+    assert!(matches!(app.overlay, Some(Overlay::ConfirmStop { command: false, .. })));
     typed(&mut app, "n");
     assert!(app.overlay.is_none() && app.effects.take().is_empty(), "any other key cancels");
     typed(&mut app, "Xy");
@@ -405,4 +405,19 @@ fn e_asks_for_a_format_then_exports_and_p_writes_the_report_off_the_ui_task() {
     // What comes back is said in the status line.
     app.on_data(DataEvent::Done(format!("report of {id} written: /x/report.md")));
     assert!(app.status.as_ref().is_some_and(|s| s.text.ends_with("/x/report.md")));
+}
+
+/// `X` on a command job says what a stop is there (SIGTERM; the program's own checkpoint, if
+/// any), not a checkpoint Flightdeck cannot make.
+#[test]
+fn stop_on_a_command_job_promises_no_checkpoint() {
+    let mut snap: RunSnapshot = fixture("open-snapshot.json");
+    let mut recipe: serde_json::Value = serde_json::from_str(&snap.detail.run.recipe_json).expect("recipe JSON");
+    recipe["kind"] = serde_json::json!("command");
+    snap.detail.run.recipe_json = recipe.to_string();
+    let id = snap.detail.run.id.clone();
+    let mut app = app(Start::Open(id.to_string()));
+    app.on_data(DataEvent::Snapshot(Box::new(snap)));
+    typed(&mut app, "X");
+    assert!(matches!(app.overlay, Some(Overlay::ConfirmStop { command: true, .. })), "{:?}", app.overlay);
 }

@@ -86,13 +86,8 @@ async fn overridden(client: &mut Client, run: &str, overrides: &[String]) -> any
     };
     let parent: crate::recipe::Recipe = serde_json::from_str(&detail.run.recipe_json)
         .map_err(|e| anyhow::anyhow!("run {}: its stored recipe cannot be read: {e}", detail.run.id))?;
-    use crate::recipe::Kind::{Dpo, Grpo, Pretrain, Sft};
-    if !matches!(parent.kind, Pretrain | Sft | Dpo | Grpo) {
-        return Ok(Err(format!(
-            "run {}: only the embedded trainers' runs (kind = \"pretrain\", \"sft\", \"dpo\", \"grpo\") have \
-             checkpoints to resume",
-            detail.run.id
-        )));
+    if let Some(why) = parent.kind.not_resumable() {
+        return Ok(Err(format!("run {}: {why}", detail.run.id)));
     }
     let text = recipe_toml::to_toml(&parent).map_err(|e| anyhow::anyhow!("run {}: {e}", detail.run.id))?;
     let origin = format!("run {}'s recipe", detail.run.id);

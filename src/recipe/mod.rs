@@ -31,6 +31,21 @@ pub enum Kind {
     Command,
 }
 
+impl Kind {
+    /// Why a run of this kind has no checkpoint of Flightdeck's to resume from (`None`: it has):
+    /// the one answer of `resume`, the cockpit's `R` and the stop prompt.
+    pub fn not_resumable(self) -> Option<&'static str> {
+        match self {
+            Kind::Command => Some(
+                "a command job's checkpoints are its program's own, and Flightdeck keeps none to resume \
+                 from: a stop sends its ranks SIGTERM (SIGKILL after the grace); if the program saved on it, \
+                 start it again with `flightdeck run` and the program's own resume option",
+            ),
+            Kind::Pretrain | Kind::Sft | Kind::Dpo | Kind::Grpo => None,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Dtype {

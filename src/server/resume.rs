@@ -38,6 +38,9 @@ pub async fn resume(
     }
     let parent_recipe: Recipe = serde_json::from_str(&parent.recipe_json)
         .with_context(|| format!("run {id}: its stored recipe cannot be read by this flightdeck"))?;
+    if let Some(why) = parent_recipe.kind.not_resumable() {
+        anyhow::bail!("run {id}: {why}");
+    }
     let child_json = recipe_json.unwrap_or_else(|| parent.recipe_json.clone());
     let child: Recipe =
         serde_json::from_str(&child_json).context("the client sent a recipe this server cannot read")?;

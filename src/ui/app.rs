@@ -36,10 +36,12 @@ pub enum Overlay {
     },
     /// What `R` will start, until confirmed and answered (`panels/ckpts.rs`).
     ConfirmResume(Box<ResumePlan>),
-    /// Graceful stop: every rank checkpoints, then exits.
+    /// Graceful stop: every rank checkpoints, then exits; a command job's ranks get SIGTERM.
     ConfirmStop {
         run: RunId,
         name: String,
+        /// A command job: no checkpoint of Flightdeck's, the program gets SIGTERM.
+        command: bool,
     },
     /// The stacks viewer (its data is `RunScreen::stacks`), when the layout has no stacks panel.
     Stacks,

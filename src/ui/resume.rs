@@ -29,7 +29,9 @@ impl App {
             Action::Checkpoints => self.open_checkpoints(record),
             Action::Resume => self.ask_resume(record),
             Action::Stop if record.status.is_live() => {
-                self.overlay = Some(Overlay::ConfirmStop { run: record.id, name: record.name })
+                let recipe = serde_json::from_str::<crate::recipe::Recipe>(&record.recipe_json);
+                let command = recipe.is_ok_and(|r| r.kind.not_resumable().is_some());
+                self.overlay = Some(Overlay::ConfirmStop { run: record.id, name: record.name, command })
             }
             Action::Stop => {
                 self.error(format!("run {} is {}, not live: nothing to stop", record.id, record.status.name()))

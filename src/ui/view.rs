@@ -57,12 +57,20 @@ impl Widget for &App {
                 let lines = vec![Line::raw(text), Line::styled(choices.join(" · "), Style::new().fg(Color::Cyan))];
                 popup(" export ", lines, "a letter picks · any other key cancels", body, buf);
             }
-            Some(Overlay::ConfirmStop { run, name }) => {
-                let text = format!(
-                    "Stop run {name} ({run}) gracefully? Every rank stops at its next step boundary and \
-                     the run saves a checkpoint (SIGUSR1; SIGTERM if the save overruns its grace, then \
-                     SIGKILL)."
-                );
+            Some(Overlay::ConfirmStop { run, name, command }) => {
+                let text = if *command {
+                    format!(
+                        "Stop run {name} ({run})? Its ranks get SIGTERM, then SIGKILL after a grace. \
+                         Flightdeck cannot checkpoint a program it only runs: what survives is what the \
+                         program saves itself on SIGTERM."
+                    )
+                } else {
+                    format!(
+                        "Stop run {name} ({run}) gracefully? Every rank stops at its next step boundary and \
+                         the run saves a checkpoint (SIGUSR1; SIGTERM if the save overruns its grace, then \
+                         SIGKILL)."
+                    )
+                };
                 let lines = vec![Line::styled(text, Style::new().fg(Color::Yellow))];
                 popup(" stop ", lines, ckpts::CONFIRM_KEYS, body, buf);
             }
