@@ -376,7 +376,10 @@ pub fn pick(runs: &[RunRecord], query: &str, pick: Pick) -> Result<RunId, StoreE
             _ => {}
         }
     }
-    let named: Vec<&RunRecord> = runs.iter().rev().filter(|r| r.name == query).collect();
+    // Newest by creation time: two runs started in one second (a recovery restart) have ids
+    // whose order is their random suffix's.
+    let mut named: Vec<&RunRecord> = runs.iter().filter(|r| r.name == query).collect();
+    named.sort_by(|a, b| (b.created_ms, &b.id.0).cmp(&(a.created_ms, &a.id.0)));
     let live: Vec<&RunRecord> = named.iter().copied().filter(|r| r.status.is_live()).collect();
     match (pick, live.len()) {
         (Pick::Live, 1) => Ok(live[0].id.clone()),
@@ -451,7 +454,7 @@ impl Store {
 mod pick_tests {
     use super::*;
 
-    fn run(id: &str, name: &str, status: crate::record::RunStatus) -> RunRecord {
+    fn run(id: &str, name: &str, status: crate::record::RunStatus, created_ms: u64) -> RunRecord {
         let meta = crate::record::RunMeta {
             name: name.into(),
             recipe_name: "r".into(),
@@ -462,6 +465,7 @@ mod pick_tests {
         };
         let mut r = RunRecord::starting(RunId(id.into()), meta, vec!["local".into()], vec![], None);
         r.status = status;
+        r.created_ms = created_ms;
         r
     }
 
@@ -469,10 +473,13 @@ mod pick_tests {
     fn a_run_is_named_by_its_id_a_prefix_its_last_part_or_its_name() {
         use crate::record::RunStatus::*;
         let runs = vec![
-            run("20261207T171025-0397", "tiny-gpt", Succeeded),
-            run("20261207T171126-a1b2", "tiny-gpt", Running),
-            run("20261207T171227-c3d4", "tiny-gpt", Running),
-            run("20261207T171328-e5f6", "sft", Failed),
+            run("20261207T171025-0397", "tiny-gpt", Succeeded, 1_000),
+            run("20261207T171126-a1b2", "tiny-gpt", Running, 2_000),
+            run("20261207T171227-c3d4", "tiny-gpt", Running, 3_000),
+            run("20261207T171328-e5f6", "sft", Failed, 4_000),
+            // A recovery restart in the same second as its parent: its id sorts first.
+            run("20261207T171429-ffff", "budget", Failed, 5_000),
+            run("20261207T171429-0000", "budget", Failed, 5_400),
         ];
         let got = |q: &str, p| pick(&runs, q, p).map(|id| id.0).map_err(|e| e.to_string());
         assert_eq!(got("20261207T171025-0397", Pick::Newest), Ok("20261207T171025-0397".into()));
@@ -484,5 +491,6 @@ mod pick_tests {
         assert_eq!(got("sft", Pick::Live), Ok("20261207T171328-e5f6".into()), "none live: the newest (then: not live)");
         assert!(got("20261207T17", Pick::Newest).expect_err("a shared prefix").contains("matches several runs"));
         assert!(got("nope", Pick::Newest).expect_err("nothing").contains("no run matches"));
+        assert_eq!(got("budget", Pick::Newest), Ok("20261207T171429-0000".into()), "newest by creation, not id");
     }
 }
