@@ -35,23 +35,6 @@ fn reference_losses(python: &std::path::Path, steps: u32) -> Vec<(u64, f64)> {
         .collect()
 }
 
-/// One rank's points of the run's `loss`, as `metrics --format csv` gives them: (step, value).
-fn rank_losses(db: &Db, run: &str, rank: u32) -> Vec<(u64, f64)> {
-    let csv = db.run(&["metrics", run, "--key", "loss", "--format", "csv"]);
-    assert!(csv.status.success(), "{}", String::from_utf8_lossy(&csv.stderr));
-    String::from_utf8_lossy(&csv.stdout)
-        .lines()
-        .skip(1)
-        .filter_map(|l| {
-            let mut f = l.split(',');
-            let step = f.next()?.parse().ok()?;
-            let r: u32 = f.next()?.parse().ok()?;
-            let v = f.next()?.parse().ok()?;
-            (r == rank).then_some((step, v))
-        })
-        .collect()
-}
-
 #[test]
 fn fsdp2_by_tp_on_four_ranks_trains_as_one_process_does_loss_for_loss() {
     let Some(python) = venv_python() else {
@@ -76,7 +59,7 @@ fn fsdp2_by_tp_on_four_ranks_trains_as_one_process_does_loss_for_loss() {
             run_logs(&db)
         );
         for rank in 0..4 {
-            let got = rank_losses(&db, "fsdp-tp", rank);
+            let got = rank_series(&db, "fsdp-tp", "loss", rank);
             assert_eq!(got.iter().map(|p| p.0).collect::<Vec<_>>(), want.iter().map(|p| p.0).collect::<Vec<_>>());
             for ((step, a), (_, b)) in got.iter().zip(&want) {
                 assert!((a - b).abs() <= 1e-5, "rank {rank} step {step}: {a} here, {b} in one process");

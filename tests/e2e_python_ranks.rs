@@ -216,10 +216,3 @@ fn an_hf_trainer_job_has_each_ranks_logged_values_exactly_at_its_global_steps() 
     }
     db.finish();
 }
-
-/// One rank's points of a run's series, as `metrics --format csv` gives them: (step, value).
-fn rank_series(db: &Db, run: &str, key: &str, rank: u32) -> Vec<(u64, f64)> {
-    let csv = db.run(&["metrics", run, "--key", key, "--format", "csv"]);
-    let rows = csv_rows(&String::from_utf8_lossy(&csv.stdout));
-    rows.iter().filter(|r| r.1 == rank).map(|r| (r.0, r.2)).collect()
-}

@@ -6,7 +6,7 @@
 mod common;
 
 use common::tmux::{self, Tmux};
-use common::{command_recipe_with, csv_rows, recipe, repo, skipped, venv_python, Db};
+use common::{command_recipe_with, rank_series, recipe, repo, skipped, venv_python, Db};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -40,14 +40,6 @@ fn trl_python() -> Option<PathBuf> {
 
 fn script() -> String {
     repo().join("assets/examples/trl_grpo.py").display().to_string()
-}
-
-/// One rank's points of a run's series, as `metrics --format csv` gives them: (step, value).
-fn rank_series(db: &Db, run: &str, key: &str, rank: u32) -> Vec<(u64, f64)> {
-    let csv = db.run(&["metrics", run, "--key", key, "--format", "csv"]);
-    assert!(csv.status.success(), "metrics {key}: {}", String::from_utf8_lossy(&csv.stderr));
-    let rows = csv_rows(&String::from_utf8_lossy(&csv.stdout));
-    rows.iter().filter(|r| r.1 == rank).map(|r| (r.0, r.2)).collect()
 }
 
 /// The shipped recipe, its argv pointed at the venv's python: each rank's history holds TRL's

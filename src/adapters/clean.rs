@@ -232,9 +232,8 @@ fn last_redraw(text: &str, start: usize) -> (usize, usize) {
 }
 
 /// Takes wrappers off the start of `text`, outermost first, noting what they said; returns the
-/// offset where the message starts.
-/// Takes the wrappers off the start of `text`: where the message starts, and, when it was
-/// looked for there, the cut after a pdsh `host: ` candidate at that start (`Some(None)`: none).
+/// offset where the message starts and, when it was looked for there, the cut after a pdsh
+/// `host: ` candidate at that start (`Some(None)`: none).
 fn strip_wrappers(text: &str, origin: &mut Origin) -> (usize, Option<Option<usize>>) {
     let mut at = 0;
     for _ in 0..MAX_WRAPPERS {

@@ -159,6 +159,23 @@ pub struct Lineage {
 }
 
 impl RunRecord {
+    /// A local one-rank run record for unit tests: `id`, `name`, `status`, created at `created_ms`.
+    #[cfg(test)]
+    pub fn for_test(id: &str, name: &str, status: RunStatus, created_ms: u64) -> RunRecord {
+        let meta = RunMeta {
+            name: name.into(),
+            recipe_name: "r".into(),
+            recipe_path: "r.toml".into(),
+            recipe_json: "{}".into(),
+            world_size: 1,
+            steps_planned: 1,
+        };
+        let mut r = RunRecord::starting(RunId(id.into()), meta, vec!["local".into()], vec![], None);
+        r.status = status;
+        r.created_ms = created_ms;
+        r
+    }
+
     /// The record of a run that is starting: the one constructor (launches, resumes, benches
     /// and tests all build a run here). `hosts` and `agent_sockets` have one entry per node.
     pub fn starting(

@@ -152,7 +152,7 @@ impl SweepRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{RunMeta, RunRecord};
+    use crate::record::RunRecord;
 
     fn sweep(points: u32) -> SweepRecord {
         SweepRecord {
@@ -179,17 +179,7 @@ mod tests {
     }
 
     fn run(id: &str, point: u32, created_ms: u64, status: RunStatus) -> RunRecord {
-        let meta = RunMeta {
-            name: id.into(),
-            recipe_name: "r".into(),
-            recipe_path: "r.toml".into(),
-            recipe_json: "{}".into(),
-            world_size: 1,
-            steps_planned: 1,
-        };
-        let mut r = RunRecord::starting(RunId(id.into()), meta, vec!["local".into()], vec![], None);
-        r.created_ms = created_ms;
-        r.status = status;
+        let mut r = RunRecord::for_test(id, id, status, created_ms);
         r.sweep = Some(SweepPoint { sweep: "S".into(), point });
         r
     }

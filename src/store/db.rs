@@ -405,19 +405,15 @@ impl Store {
     /// A full id, a unique id prefix, the id's distinctive last part (`0397` of
     /// `20261207T171025-0397`), or a run name (the newest run of that name wins).
     pub fn resolve(&self, query: &str) -> Result<RunId, StoreError> {
-        if self.runs.contains_key(query.as_bytes())? {
-            return Ok(RunId(query.to_string()));
-        }
-        pick(&self.list_runs()?, query, Pick::Newest)
+        self.resolve_as(query, Pick::Newest)
     }
 
-    /// `resolve` for a command that changes a run (stop, kill): a name names the one live run
-    /// of that name; when several live runs share it, none is guessed.
-    pub fn resolve_live(&self, query: &str) -> Result<RunId, StoreError> {
+    /// `resolve`, a name meaning what `how` says (`Pick::Live` for stop and kill).
+    pub fn resolve_as(&self, query: &str, how: Pick) -> Result<RunId, StoreError> {
         if self.runs.contains_key(query.as_bytes())? {
             return Ok(RunId(query.to_string()));
         }
-        pick(&self.list_runs()?, query, Pick::Live)
+        pick(&self.list_runs()?, query, how)
     }
 
     pub fn ranks(&self, run: &RunId) -> Result<Vec<RankInfo>, StoreError> {
@@ -454,24 +450,10 @@ impl Store {
 mod pick_tests {
     use super::*;
 
-    fn run(id: &str, name: &str, status: crate::record::RunStatus, created_ms: u64) -> RunRecord {
-        let meta = crate::record::RunMeta {
-            name: name.into(),
-            recipe_name: "r".into(),
-            recipe_path: "r.toml".into(),
-            recipe_json: "{}".into(),
-            world_size: 1,
-            steps_planned: 1,
-        };
-        let mut r = RunRecord::starting(RunId(id.into()), meta, vec!["local".into()], vec![], None);
-        r.status = status;
-        r.created_ms = created_ms;
-        r
-    }
-
     #[test]
     fn a_run_is_named_by_its_id_a_prefix_its_last_part_or_its_name() {
         use crate::record::RunStatus::*;
+        let run = RunRecord::for_test;
         let runs = vec![
             run("20261207T171025-0397", "tiny-gpt", Succeeded, 1_000),
             run("20261207T171126-a1b2", "tiny-gpt", Running, 2_000),

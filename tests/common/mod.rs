@@ -154,6 +154,14 @@ pub fn csv_rows(text: &str) -> Vec<(u64, u32, f64)> {
         .collect()
 }
 
+/// One rank's points of a run's series, as `metrics --format csv` gives them: (step, value).
+pub fn rank_series(db: &Db, run: &str, key: &str, rank: u32) -> Vec<(u64, f64)> {
+    let csv = db.run(&["metrics", run, "--key", key, "--format", "csv"]);
+    assert!(csv.status.success(), "metrics {key}: {}", String::from_utf8_lossy(&csv.stderr));
+    let rows = csv_rows(&String::from_utf8_lossy(&csv.stdout));
+    rows.iter().filter(|r| r.1 == rank).map(|r| (r.0, r.2)).collect()
+}
+
 /// The step a progress line reports (`RUN step 12/60 loss ...`).
 pub fn progress_step(line: &str) -> Option<u64> {
     let rest = line.split(" step ").nth(1)?;

@@ -51,9 +51,13 @@ pub async fn serve(stream: UnixStream, shared: &Shared) -> anyhow::Result<()> {
 }
 
 pub(super) async fn resolve(shared: &Shared, query: &str) -> anyhow::Result<RunId> {
+    resolve_as(shared, query, crate::store::db::Pick::Newest).await
+}
+
+async fn resolve_as(shared: &Shared, query: &str, how: crate::store::db::Pick) -> anyhow::Result<RunId> {
     let store = shared.store.clone();
     let q = query.to_string();
-    Ok(tokio::task::spawn_blocking(move || store.resolve(&q)).await??)
+    Ok(tokio::task::spawn_blocking(move || store.resolve_as(&q, how)).await??)
 }
 
 async fn answer(shared: &Shared, req: Request) -> anyhow::Result<Reply> {
@@ -111,9 +115,7 @@ async fn answer_with(shared: &Shared, req: Request, progress: Progress) -> anyho
 }
 
 async fn command(shared: &Shared, run: &str, cmd: AgentCommand) -> anyhow::Result<Reply> {
-    let store = shared.store.clone();
-    let q = run.to_string();
-    let id = tokio::task::spawn_blocking(move || store.resolve_live(&q)).await??;
+    let id = resolve_as(shared, run, crate::store::db::Pick::Live).await?;
     let tx = lock(&shared.registry).get(&id).map(|l| l.commands.clone());
     match tx {
         Some(tx) => {
